@@ -1,0 +1,63 @@
+"""Ember's engine: an Accelerate-compatible ``Accelerator`` on plain torch / torch.distributed.
+
+A script written for Hugging Face Accelerate ports by changing ``from accelerate import ...`` to
+``from engine import ...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.accelerator import Accelerator
+from engine.config import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProjectConfiguration,
+)
+from engine.operations import (
+    DistributedOperationException,
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_object,
+    pad_across_processes,
+    reduce,
+    send_to_device,
+)
+from engine.optimizer import AcceleratedOptimizer
+from engine.random import set_seed
+from engine.scheduler import AcceleratedScheduler
+from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
+
+__version__ = "0.1.0"
+
+# Imported on first use so `import engine` stays cheap and free of optional packages.
+_LAZY = {
+    "prepare_data_loader": "engine.data_loader", "skip_first_batches": "engine.data_loader",
+    "BatchSamplerShard": "engine.data_loader", "IterableDatasetShard": "engine.data_loader",
+    "DataLoaderShard": "engine.data_loader", "DataLoaderDispatcher": "engine.data_loader",
+    "SeedableRandomSampler": "engine.data_loader", "FullyShardedDataParallelPlugin": "engine.fsdp",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "AcceleratorState", "AutocastKwargs",
+    "DataLoaderConfiguration", "DistributedDataParallelKwargs", "DistributedOperationException", "DistributedType",
+    "GradScalerKwargs", "GradientAccumulationPlugin", "GradientState", "InitProcessGroupKwargs", "KwargsHandler",
+    "PartialState", "ProjectConfiguration", "broadcast", "broadcast_object_list", "gather", "gather_object",
+    "pad_across_processes", "reduce", "send_to_device", "set_seed", *_LAZY,
+]

@@ -1,0 +1,620 @@
+"""The ``Accelerator``: Accelerate's training API on plain torch / torch.distributed.
+
+A script written for ``accelerate.Accelerator`` runs after changing ``from accelerate import ...`` to
+``from engine import ...``. Where Accelerate's behaviour is a trap, Ember differs as ``spec/ENGINE.md`` decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from engine import operations
+from engine.accelerator_checkpoint import CheckpointingMixin
+from engine.accelerator_tracking import TrackingMixin
+from engine.config import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProjectConfiguration,
+)
+from engine.optimizer import AcceleratedOptimizer
+from engine.parallel import is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
+from engine.precision import autocast_context, check_autocast_support, make_grad_scaler, unwrap_forward, \
+    validate_precision, wrap_forward
+from engine.scheduler import AcceleratedScheduler
+from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
+
+_UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
+_UNSUPPORTED = "Ember supports DDP and FSDP2 (FullyShardedDataParallelPlugin)"
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
+
+
+class Accelerator(CheckpointingMixin, TrackingMixin):
+    """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
+
+    >>> accelerator = Accelerator(cpu=True)
+    >>> model = accelerator.prepare(torch.nn.Linear(2, 1))
+    >>> accelerator.num_processes, accelerator.device.type
+    (1, 'cpu')
+    """
+
+    def __init__(self, device_placement: bool = True, split_batches: bool = _UNSET,
+                 mixed_precision: str | None = None, gradient_accumulation_steps: int = 1, cpu: bool = False,
+                 dataloader_config: DataLoaderConfiguration | None = None, deepspeed_plugin: Any = None,
+                 fsdp_plugin: Any = None, megatron_lm_plugin: Any = None, rng_types: list[str] | None = None,
+                 log_with: Any = None, project_dir: str | os.PathLike[str] | None = None,
+                 project_config: ProjectConfiguration | None = None,
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 dispatch_batches: bool | None = _UNSET, even_batches: bool = _UNSET,
+                 use_seedable_sampler: bool = _UNSET, step_scheduler_with_optimizer: bool = True,
+                 kwargs_handlers: list[KwargsHandler] | None = None, dynamo_backend: str | None = None,
+                 dynamo_plugin: Any = None, parallelism_config: Any = None) -> None:
+        for name, value in (("deepspeed_plugin", deepspeed_plugin), ("megatron_lm_plugin", megatron_lm_plugin),
+                            ("parallelism_config", parallelism_config)):
+            if value is not None:
+                raise NotImplementedError(f"{name} is not supported: {_UNSUPPORTED}. Remove `{name}=`.")
+        mixed_precision = validate_precision(mixed_precision)
+        env_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")
+        if mixed_precision is None and env_precision:
+            mixed_precision = validate_precision(env_precision)
+
+        self.project_configuration = project_config if project_config is not None else ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+
+        handlers = self._sort_kwargs_handlers(kwargs_handlers or [])
+        self.ddp_handler: DistributedDataParallelKwargs | None = handlers.get(DistributedDataParallelKwargs)
+        self.scaler_handler: GradScalerKwargs | None = handlers.get(GradScalerKwargs)
+        self.init_handler: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
+        self.autocast_handler: AutocastKwargs | None = handlers.get(AutocastKwargs)
+        init_kwargs = self.init_handler.to_kwargs() if self.init_handler is not None else {}
+
+        if fsdp_plugin is None and os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+            from engine.fsdp import FullyShardedDataParallelPlugin
+
+            fsdp_plugin = FullyShardedDataParallelPlugin()
+        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
+                                      dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
+        self.device_placement = device_placement
+        self.dataloader_config = self._merge_dataloader_config(dataloader_config, split_batches, dispatch_batches,
+                                                               even_batches, use_seedable_sampler)
+
+        if gradient_accumulation_plugin is not None:
+            if gradient_accumulation_steps != 1:
+                raise ValueError(f"Both gradient_accumulation_steps={gradient_accumulation_steps} and a "
+                                 "GradientAccumulationPlugin were given: set the number of steps in the plugin only.")
+        else:
+            steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", gradient_accumulation_steps))
+            gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
+        self.gradient_state = GradientState(gradient_accumulation_plugin=gradient_accumulation_plugin)
+
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.dynamo_backend = (dynamo_backend or "no").lower()
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+
+        precision = self.state.mixed_precision
+        check_autocast_support(self.device, precision)
+        self.native_amp = precision in ("fp16", "bf16")
+        self.scaler = make_grad_scaler(self.device, precision, self.scaler_handler)
+
+        self.step = 0
+        self.flag_tensor: torch.Tensor | None = None
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DataLoader] = []
+        self._custom_objects: list[Any] = []
+        self._init_checkpointing()
+        self._init_tracking(log_with)
+
+    @staticmethod
+    def _sort_kwargs_handlers(handlers: list[KwargsHandler]) -> dict[type, Any]:
+        known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs)
+        found: dict[type, Any] = {}
+        for handler in handlers:
+            kind = next((k for k in known if isinstance(handler, k)), None)
+            if kind is None:
+                raise ValueError(f"Unsupported kwargs handler {handler!r}: pass instances of "
+                                 f"{', '.join(k.__name__ for k in known)}.")
+            if kind in found:
+                raise ValueError(f"You can only pass one {kind.__name__} in `kwargs_handlers`, got two.")
+            found[kind] = handler
+        return found
+
+    @staticmethod
+    def _merge_dataloader_config(config: DataLoaderConfiguration | None, split_batches: Any, dispatch_batches: Any,
+                                 even_batches: Any, use_seedable_sampler: Any) -> DataLoaderConfiguration:
+        """Honour the direct keywords (Accelerate ignores ``split_batches=``); a conflict with the config raises."""
+        given = {k: v for k, v in (("split_batches", split_batches), ("dispatch_batches", dispatch_batches),
+                                   ("even_batches", even_batches), ("use_seedable_sampler", use_seedable_sampler))
+                 if v is not _UNSET}
+        if config is None:
+            return DataLoaderConfiguration(**given)
+        default = DataLoaderConfiguration()
+        for key, value in given.items():
+            configured = getattr(config, key)
+            if configured != getattr(default, key) and configured != value:
+                raise ValueError(f"Accelerator({key}={value!r}) contradicts DataLoaderConfiguration({key}="
+                                 f"{configured!r}): set it in one place only.")
+            setattr(config, key, value)
+        return config
+
+    # -- what the process is ----------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def is_fsdp2(self) -> bool:
+        return self.state.fsdp_plugin is not None and self.distributed_type == DistributedType.FSDP
+
+    @property
+    def should_save_model(self) -> bool:
+        return self.is_main_process or self.is_fsdp2
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state._set_sync_gradients(value)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        self.gradient_state.num_steps = value
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # -- prepare ----------------------------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare each object for this setup and return them in the same order (a bare object if only one).
+
+        Data loaders, models and optimizers are prepared first; schedulers second, since they need the
+        prepared optimizers.
+        """
+        if device_placement is None:
+            device_placement = [None] * len(args)
+        elif len(device_placement) != len(args):
+            raise ValueError(f"`device_placement` has {len(device_placement)} entries but {len(args)} objects were "
+                             "passed to prepare(): give one bool per object.")
+        for obj in args:
+            if not (isinstance(obj, (DataLoader, torch.nn.Module, torch.optim.Optimizer)) or _is_scheduler(obj)):
+                raise TypeError(f"prepare() cannot prepare an object of type {type(obj).__name__}: pass "
+                                "torch.nn.Module, torch.optim.Optimizer, an LR scheduler or a DataLoader.")
+        first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
+        result = [self._prepare_one(obj, placement) for obj, placement in zip(first, device_placement)]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _prepare_one(self, obj: Any, device_placement: bool | None, first_pass: bool = False) -> Any:
+        if getattr(obj, "_is_accelerate_prepared", False):
+            self._register_prepared(obj)
+            return obj
+        if first_pass:
+            if isinstance(obj, DataLoader):
+                return self.prepare_data_loader(obj, device_placement=device_placement)
+            if isinstance(obj, torch.nn.Module):
+                return self.prepare_model(obj, device_placement=device_placement)
+            if isinstance(obj, torch.optim.Optimizer):
+                return self.prepare_optimizer(obj, device_placement=device_placement)
+        elif _is_scheduler(obj):
+            return self.prepare_scheduler(obj)
+        return obj
+
+    def _register_prepared(self, obj: Any) -> None:
+        registry: list[Any] | None = None
+        if isinstance(obj, AcceleratedOptimizer):
+            registry = self._optimizers
+        elif isinstance(obj, AcceleratedScheduler):
+            registry = self._schedulers
+        elif isinstance(obj, DataLoader):
+            registry = self._dataloaders
+        elif isinstance(obj, torch.nn.Module):
+            registry, obj = self._models, unwrap(obj, keep_torch_compile=False)
+        if registry is not None and not any(o is obj for o in registry):
+            registry.append(obj)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Autocast wrapper (mixed precision), device placement, then DDP / FSDP2 and torch.compile."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
+        if device_placement is None:
+            device_placement = self.device_placement and not self.is_fsdp2
+        self._models.append(model)
+        if self.native_amp:
+            wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
+        if device_placement:
+            model = model.to(self.device)
+        if not evaluation_mode and self.use_distributed:
+            if self.is_fsdp2:
+                from engine.fsdp import apply_fsdp2
+
+                model = apply_fsdp2(model, self.state.fsdp_plugin, self.mixed_precision, self.device)
+            else:
+                model = wrap_ddp(model, self.state, self.ddp_handler)
+        if self.dynamo_backend != "no":
+            model = torch.compile(model, backend=self.dynamo_backend)
+        model._is_accelerate_prepared = True  # type: ignore[assignment]
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
+                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+        if isinstance(optimizer, AcceleratedOptimizer):
+            self._register_prepared(optimizer)
+            return optimizer
+        if device_placement is None:
+            device_placement = self.device_placement
+        prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
+                                        device=self.device)
+        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        self._optimizers.append(prepared)
+        return prepared
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        if isinstance(scheduler, AcceleratedScheduler):
+            self._register_prepared(scheduler)
+            return scheduler
+        inner = getattr(scheduler, "optimizer", None)
+        matching = [opt for opt in self._optimizers if opt.optimizer is inner]
+        prepared = AcceleratedScheduler(scheduler, matching or self._optimizers,
+                                        step_with_optimizer=self.step_scheduler_with_optimizer,
+                                        split_batches=self.split_batches)
+        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        self._schedulers.append(prepared)
+        return prepared
+
+    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Callable[..., Any] | None = None) -> DataLoader:
+        """Shard ``data_loader`` across processes (see ``engine.data_loader.prepare_data_loader``)."""
+        from engine.data_loader import prepare_data_loader
+
+        if device_placement is None:
+            device_placement = self.device_placement
+        config = self.dataloader_config
+        prepared = prepare_data_loader(
+            data_loader, self.device, num_processes=self.num_processes, process_index=self.process_index,
+            split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
+            dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed, non_blocking=config.non_blocking)
+        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+        """A loader over the same data that starts ``num_batches`` (per-process) batches later."""
+        from engine.data_loader import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's module without the DDP (and, optionally, autocast / compile) wrappers."""
+        bare = unwrap(model, keep_torch_compile=keep_torch_compile)
+        if not keep_fp32_wrapper:
+            unwrap_forward(unwrap(bare, keep_torch_compile=False))
+        return bare
+
+    # -- the training step ------------------------------------------------------------------------------------
+    def _do_sync(self) -> None:
+        gradient_state = self.gradient_state
+        if gradient_state.sync_with_dataloader and gradient_state.end_of_dataloader:
+            self.step = 0
+            gradient_state._set_sync_gradients(True)
+        else:
+            self.step += 1
+            gradient_state._set_sync_gradients(self.step % gradient_state.num_steps == 0)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """Decide whether this micro-step syncs gradients; models skip DDP's all-reduce while accumulating.
+
+        The last batch of a data loader always syncs.
+        """
+        self._do_sync()
+        if self.sync_gradients or not self.use_distributed or self.gradient_state.sync_each_batch:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                stack.enter_context(no_sync(model, True))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip gradient synchronisation of ``model`` inside the block (a no-op unless distributed)."""
+        with no_sync(model, self.use_distributed):
+            yield
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """Make the next backward of a DDP ``model`` all-reduce, even inside ``no_sync``."""
+        if not self.use_distributed:
+            yield
+            return
+        with sync_in_backward(model):
+            yield
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        raise NotImplementedError("lomo_backward is not supported by Ember: LOMO optimizers are out of scope. Use "
+                                  "a torch.optim optimizer with accelerator.backward(loss).")
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide the gradients by the fp16 loss scale (a no-op without a GradScaler)."""
+        if self.scaler is None:
+            return
+        if optimizer is None:
+            optimizers = self._optimizers
+        else:
+            optimizers = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
+        for opt in optimizers:
+            self.scaler.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` on unscaled gradients; returns the total norm."""
+        parameters = list(parameters)
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """``torch.nn.utils.clip_grad_value_`` on unscaled gradients."""
+        parameters = list(parameters)
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
+        """The autocast context of this Accelerator's mixed precision (a null context without one)."""
+        if not self.native_amp:
+            return contextlib.nullcontext()
+        return autocast_context(self.device, self.mixed_precision, autocast_handler or self.autocast_handler)
+
+    # -- collectives ------------------------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate ``tensor`` from all processes along dim 0 (unchanged in a single process)."""
+        return operations.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """``gather``, minus the samples the sharded loader duplicated to even out the last batch."""
+        try:
+            operations.recursively_apply(lambda x: x, input_data, error_on_other_type=True)
+            all_tensors = True
+        except TypeError:
+            all_tensors = False
+        use_gather_object = use_gather_object or not all_tensors
+        data = operations.gather_object(input_data) if use_gather_object else operations.gather(input_data)
+        if not self.gradient_state.end_of_dataloader:
+            return data
+        remainder = self.gradient_state.remainder
+        if remainder <= 0:
+            return data  # -1: unknown (nothing to drop that we know of); 0: no padding was added
+        if use_gather_object:
+            return data[:remainder]
+        return operations.recursively_apply(lambda t: t[:remainder], data)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """All-reduce across processes: ``"sum"`` (default), ``"mean"``, ``"max"``, ``"min"``; ``"none"`` is a no-op."""
+        return operations.reduce(tensor, reduction, scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        return operations.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    # -- process control --------------------------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        self.state.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.local_main_process_first()
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager[Any]:
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        self.state.print(*args, **kwargs)
+
+    def _run_when(self, should_run: Callable[[], bool], function: Callable[..., Any]) -> Callable[..., Any]:
+        # Decided at call time (unlike PartialState's decorators), as in Accelerate.
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if should_run() or not self.use_distributed:
+                return function(*args, **kwargs)
+            return None
+
+        wrapper.__wrapped__ = function  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(function, "__name__", "wrapper")
+        wrapper.__doc__ = function.__doc__
+        return wrapper
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._run_when(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._run_when(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._run_when(lambda: self.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        if function is None:
+            return lambda f: self.on_process(f, process_index=process_index)
+        return self._run_when(lambda: self.process_index == process_index, function)
+
+    def on_local_process(self, function: Callable[..., Any] | None = None,
+                         local_process_index: int | None = None) -> Any:
+        if function is None:
+            return lambda f: self.on_local_process(f, local_process_index=local_process_index)
+        return self._run_when(lambda: self.local_process_index == local_process_index, function)
+
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next ``check_trigger`` returns True on every process."""
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on all processes if any process called ``set_trigger`` since the last check (then resets it)."""
+        if self.flag_tensor is None:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        flag = operations.reduce(self.flag_tensor, "sum")
+        if int(flag.item()) >= 1:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """``torch.distributed.algorithms.Join`` over ``joinables`` for uneven inputs (multi-GPU DDP only)."""
+        if self.distributed_type != DistributedType.MULTI_GPU:
+            if self.use_distributed:
+                warnings.warn("join_uneven_inputs is only supported for multi-GPU DDP training; it has no effect "
+                              f"with {self.distributed_type}.", stacklevel=3)
+            yield
+            return
+        from torch.distributed.algorithms import Join
+
+        loaders = [dl for dl in self._dataloaders if hasattr(dl, "set_even_batches")]
+        previous = [dl.even_batches for dl in loaders]  # type: ignore[attr-defined]
+        if even_batches is not None:
+            for dl in loaders:
+                dl.set_even_batches(even_batches)  # type: ignore[attr-defined]
+        try:
+            with Join(joinables):
+                yield
+        finally:
+            for dl, value in zip(loaders, previous):
+                dl.set_even_batches(value)  # type: ignore[attr-defined]
+
+    # -- memory -----------------------------------------------------------------------------------------------
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop references to everything prepared (registered custom objects stay), collect garbage, reset
+        ``step``; returns ``[None] * len(objects)`` to assign back."""
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.step = 0
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    def clear(self, *objects: Any) -> list[None]:
+        """Alias of ``free_memory``."""
+        return self.free_memory(*objects)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's state dict (of the bare module by default); under FSDP2, the full state on every rank."""
+        if is_fsdp2(unwrap_model_quick(model)):
+            from engine.fsdp import full_state_dict
+
+            return full_state_dict(unwrap_model_quick(model))
+        target = self.unwrap_model(model) if unwrap else model
+        return target.state_dict()
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """Ember does not do big-model dispatch: a model never carries a multi-device map."""
+        return getattr(model, "hf_device_map", None) is not None and len(set(model.hf_device_map.values())) > 1
+
+
+def unwrap_model_quick(model: Any) -> Any:
+    return unwrap(model, keep_torch_compile=False)

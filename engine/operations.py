@@ -1,0 +1,269 @@
+"""Collectives and nested-structure helpers (Accelerate's ``utils.operations``) on plain ``torch.distributed``.
+
+Every function accepts a tensor or a nested list/tuple/dict of tensors. In a single process they return their
+input (``gather``) or a copy (``reduce``) without touching ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engine.state import PartialState
+
+
+class DistributedOperationException(Exception):
+    """A collective was called with inputs that do not match across processes (checked in debug mode)."""
+
+
+def is_tensor_like(data: Any) -> bool:
+    return isinstance(data, torch.Tensor)
+
+
+def recursively_apply(func: Callable[..., Any], data: Any, *args: Any, test_type: Callable[[Any], bool] = is_tensor_like,
+                      error_on_other_type: bool = False, **kwargs: Any) -> Any:
+    """Apply ``func`` to every leaf of ``data`` that passes ``test_type``, keeping the container types."""
+    if isinstance(data, (tuple, list)):
+        mapped = [recursively_apply(func, o, *args, test_type=test_type, error_on_other_type=error_on_other_type,
+                                    **kwargs) for o in data]
+        if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+            return type(data)(*mapped)
+        return type(data)(mapped)
+    if isinstance(data, Mapping):
+        return type(data)({k: recursively_apply(func, v, *args, test_type=test_type,
+                                                error_on_other_type=error_on_other_type, **kwargs)
+                           for k, v in data.items()})
+    if test_type(data):
+        return func(data, *args, **kwargs)
+    if error_on_other_type:
+        raise TypeError(f"Unsupported type {type(data).__name__} passed to `{func.__name__}`: only nested "
+                        "lists/tuples/dicts of torch.Tensor are accepted. Use `gather_object` for Python objects.")
+    return data
+
+
+def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bool = False,
+                   skip_keys: list[str] | str | None = None) -> Any:
+    """Move every tensor (or object with ``.to``) in a nested structure to ``device``."""
+    if isinstance(skip_keys, str):
+        skip_keys = [skip_keys]
+    if isinstance(data, (tuple, list)):
+        moved = [send_to_device(t, device, non_blocking, skip_keys) for t in data]
+        return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)
+    if isinstance(data, Mapping):
+        skip = skip_keys or ()
+        return type(data)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
+                           for k, v in data.items()})
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)  # a no-op returning `data` when already there
+    to = getattr(data, "to", None)
+    if callable(to):
+        try:
+            return to(device, non_blocking=non_blocking)
+        except TypeError:
+            return to(device)
+    return data
+
+
+def _verify_same_shapes(tensor: Any, operation: str) -> None:
+    state = PartialState()
+    if not (state.use_distributed and state.debug):
+        return
+    shapes = recursively_apply(lambda t: tuple(t.shape), tensor)
+    everyone: list[Any] = [None] * state.num_processes
+    dist.all_gather_object(everyone, shapes)
+    if any(s != everyone[0] for s in everyone):
+        detail = "\n".join(f"  - process {i}: {s}" for i, s in enumerate(everyone))
+        raise DistributedOperationException(f"Cannot apply `{operation}`: tensor shapes differ across processes:\n"
+                                            f"{detail}\nPad them first with `pad_across_processes`.")
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.ndim == 0:
+        tensor = tensor.clone()[None]
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    state = PartialState()
+    if state.backend == "gloo":
+        parts = [torch.empty_like(tensor) for _ in range(state.num_processes)]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+    out = torch.empty((state.num_processes * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
+                      device=tensor.device)
+    dist.all_gather_into_tensor(out, tensor)
+    return out
+
+
+def gather(tensor: Any) -> Any:
+    """Concatenate ``tensor`` from every process along dim 0, in rank order (0-d tensors become 1-d).
+
+    In a single process the input is returned unchanged.
+    """
+    state = PartialState()
+    if not state.use_distributed:
+        return tensor
+    _verify_same_shapes(tensor, "gather")
+    return recursively_apply(_gather_one, tensor, error_on_other_type=True)
+
+
+def gather_object(obj: Any) -> list[Any]:
+    """Gather a picklable iterable from every process and flatten one level: ``[0, 'x']`` x 2 ranks -> 4 items."""
+    state = PartialState()
+    if not state.use_distributed:
+        return obj
+    everyone: list[Any] = [None] * state.num_processes
+    dist.all_gather_object(everyone, obj)
+    flat: list[Any] = []
+    for rank, part in enumerate(everyone):
+        try:
+            flat.extend(part)
+        except TypeError:
+            raise TypeError(f"gather_object needs an iterable on every process (it flattens one level); process "
+                            f"{rank} passed {type(part).__name__}: wrap it in a list, e.g. `[value]`.") from None
+    return flat
+
+
+_REDUCTIONS = ("sum", "mean", "max", "min", "none")
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """All-reduce ``tensor`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``); ``"none"`` returns it unchanged."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduce(reduction={reduction!r}) is not one of {_REDUCTIONS}.")
+    if reduction == "none":
+        return tensor  # documented behaviour (Accelerate sums anyway)
+    state = PartialState()
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        out = t.clone()
+        if state.use_distributed:
+            op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
+            dist.all_reduce(out, op=op)
+            if reduction == "mean":
+                out /= state.num_processes
+        if scale != 1.0:
+            out *= scale
+        return out
+
+    _verify_same_shapes(tensor, "reduce")
+    return recursively_apply(one, tensor, error_on_other_type=True)
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Copy ``tensor`` from ``from_process`` into every process's tensor, in place; returns it."""
+    state = PartialState()
+    if not state.use_distributed:
+        return tensor
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(t, src=from_process)
+        return t
+
+    return recursively_apply(one, tensor, error_on_other_type=True)
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` on every process by those of ``from_process``; returns the list."""
+    state = PartialState()
+    if state.use_distributed:
+        dist.broadcast_object_list(object_list, src=from_process)
+    return object_list
+
+
+def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+    """Pad every tensor along ``dim`` to the largest size across processes so they can be gathered."""
+    state = PartialState()
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if dim >= t.ndim or dim < -t.ndim or not state.use_distributed:
+            return t
+        size = torch.tensor(t.shape, device=t.device)[None]
+        sizes = _gather_one(size)
+        longest = int(sizes[:, dim].max())
+        if longest == t.shape[dim]:
+            return t
+        new_shape = list(t.shape)
+        new_shape[dim] = longest
+        out = t.new_full(new_shape, pad_index)
+        index = [slice(None)] * t.ndim
+        index[dim] = slice(longest - t.shape[dim], longest) if pad_first else slice(0, t.shape[dim])
+        out[tuple(index)] = t
+        return out
+
+    return recursively_apply(one, tensor, error_on_other_type=True)
+
+
+def split_for_process(inputs: Any, num_processes: int, process_index: int, apply_padding: bool = False) -> Any:
+    """This process's contiguous share of ``inputs``; with ``apply_padding`` every share has the same length."""
+    if num_processes == 1:
+        return inputs
+    if isinstance(inputs, Mapping):
+        lengths = {k: len(v) for k, v in inputs.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"split_between_processes needs every value of the dict to have the same length, got "
+                             f"{lengths}.")
+        # Padding repeats the last element of the *whole* input; per key, that is each value's last element.
+        return {k: split_for_process(v, num_processes, process_index, apply_padding) for k, v in inputs.items()}
+    length = len(inputs)
+    per, extra = divmod(length, num_processes)
+    start = process_index * per + min(process_index, extra)
+    end = start + per + (1 if process_index < extra else 0)
+    share = inputs[start:end]
+    if not apply_padding or length == 0:
+        return share
+    target = per + (1 if extra > 0 else 0)
+    missing = target - (end - start)
+    if missing <= 0:
+        return share
+    if isinstance(inputs, torch.Tensor):
+        last = inputs[-1:]
+        return torch.cat([share, last.expand(missing, *last.shape[1:])], dim=0)
+    padding = [inputs[-1]] * missing
+    if isinstance(share, tuple):
+        return share + tuple(padding)
+    return list(share) + padding
+
+
+def concatenate(data: list[Any], dim: int = 0) -> Any:
+    """Concatenate a list of (nested) batches along ``dim``; batches of different shapes raise naming them."""
+    first = data[0]
+    if isinstance(first, (tuple, list)):
+        return type(first)(concatenate([d[i] for d in data], dim=dim) for i in range(len(first)))
+    if isinstance(first, Mapping):
+        return type(first)({k: concatenate([d[k] for d in data], dim=dim) for k in first})
+    if not isinstance(first, torch.Tensor):
+        raise TypeError(f"Can only concatenate tensors, got {type(first).__name__}.")
+    shapes = [tuple(d.shape) for d in data]
+    if any(s[:dim] + s[dim + 1:] != shapes[0][:dim] + shapes[0][dim + 1:] for s in shapes):
+        raise RuntimeError(f"Cannot concatenate dispatched batches of different shapes {shapes}: make the batches "
+                           "the same shape (pad in collate_fn), or use dispatch_batches=False.")
+    return torch.cat(data, dim=dim)
+
+
+def find_batch_size(data: Any) -> int | None:
+    """The size of dim 0 of the first tensor found in a nested batch."""
+    if isinstance(data, (tuple, list)):
+        for item in data:
+            size = find_batch_size(item)
+            if size is not None:
+                return size
+        return None
+    if isinstance(data, Mapping):
+        for item in data.values():
+            size = find_batch_size(item)
+            if size is not None:
+                return size
+        return None
+    if isinstance(data, torch.Tensor):
+        return int(data.shape[0]) if data.ndim > 0 else None
+    return None
+
+
+def convert_outputs_to_fp32(data: Any) -> Any:
+    """Cast every fp16/bf16 tensor in a model's output to fp32 (the autocast forward wrapper's last step)."""
+    def to_fp32(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+    return recursively_apply(to_fp32, data)

@@ -1,0 +1,99 @@
+"""The one seam where backends differ: wrapping a model for DDP (or FSDP2), pausing its gradient sync, and
+unwrapping it again."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from engine.config import DistributedDataParallelKwargs
+from engine.state import DistributedType, PartialState
+
+
+def wrap_ddp(model: torch.nn.Module, state: PartialState, handler: DistributedDataParallelKwargs | None) -> torch.nn.Module:
+    """Wrap ``model`` in DDP (which also broadcasts rank 0's parameters and buffers to every rank)."""
+    kwargs = handler.ddp_kwargs() if handler is not None else {}
+    if state.distributed_type == DistributedType.MULTI_GPU:
+        if not any(p.requires_grad for p in model.parameters()):
+            return model
+        ddp = DistributedDataParallel(model, device_ids=[state.device.index], output_device=state.device.index,
+                                      **kwargs)
+    else:
+        ddp = DistributedDataParallel(model, **kwargs)
+    if handler is not None and handler.comm_hook != "no":
+        _register_comm_hook(ddp, handler)
+    return ddp
+
+
+def _register_comm_hook(ddp: DistributedDataParallel, handler: DistributedDataParallelKwargs) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if handler.comm_hook == "fp16":
+        ddp.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+    elif handler.comm_hook == "bf16":
+        ddp.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+    else:
+        hook_state = powerSGD_hook.PowerSGDState(process_group=None, **handler.comm_state_option)
+        hook = (powerSGD_hook.powerSGD_hook if handler.comm_hook == "power_sgd"
+                else powerSGD_hook.batched_powerSGD_hook)
+        ddp.register_comm_hook(state=hook_state, hook=hook)
+
+
+def is_fsdp2(model: torch.nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return False
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def no_sync(model: torch.nn.Module, use_distributed: bool) -> Iterator[None]:
+    """Accumulate gradients locally: DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``."""
+    if not use_distributed:
+        yield
+    elif isinstance(model, DistributedDataParallel):
+        with model.no_sync():
+            yield
+    elif is_fsdp2(model):
+        model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)  # type: ignore[operator]
+    else:
+        yield
+
+
+@contextlib.contextmanager
+def sync_in_backward(model: torch.nn.Module) -> Iterator[None]:
+    """Force DDP to all-reduce in the next backward, even inside ``no_sync`` (no-op for other models)."""
+    if not isinstance(model, DistributedDataParallel):
+        yield
+        return
+    previous = model.require_backward_grad_sync
+    model.require_backward_grad_sync = True
+    model.require_forward_param_sync = True
+    # DDP only arms its reducer in forward when grad sync is on; prepare it for the coming backward.
+    model.reducer.prepare_for_backward([])
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync = previous
+        model.require_forward_param_sync = previous
+
+
+def unwrap(model: Any, keep_torch_compile: bool = True) -> Any:
+    """Strip DDP / DataParallel wrappers (and, unless ``keep_torch_compile``, the torch.compile shell)."""
+    compiled = model if hasattr(model, "_orig_mod") else None
+    if compiled is not None:
+        model = compiled._orig_mod
+    while isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    if compiled is not None and keep_torch_compile and compiled._orig_mod is model:
+        return compiled
+    return model

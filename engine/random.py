@@ -1,0 +1,89 @@
+"""Random number generators: seeding, cross-rank synchronisation, and capture/restore as plain tensors.
+
+RNG states are stored as tensors and JSON-safe values (never pickled Python objects), so a checkpoint can be
+loaded with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.state import PartialState
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+    """Seed python, numpy, torch (and CUDA); ``device_specific`` adds the process index to the seed."""
+    if device_specific:
+        seed += PartialState().process_index
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = None) -> None:
+    """Give every rank rank 0's state of one generator (``"torch"``, ``"cuda"`` or ``"generator"``)."""
+    state = PartialState()
+    if not state.use_distributed:
+        return
+    if rng_type == "torch":
+        rng_state = torch.get_rng_state()
+    elif rng_type == "cuda":
+        rng_state = torch.cuda.get_rng_state()
+    elif rng_type == "generator":
+        if generator is None:
+            return
+        rng_state = generator.get_state()
+    else:
+        raise ValueError(f"Unknown rng_type {rng_type!r}: use 'torch', 'cuda' or 'generator'.")
+    from engine.operations import broadcast
+
+    rng_state = rng_state.to(state.device)
+    broadcast(rng_state, from_process=0)
+    rng_state = rng_state.cpu()
+    if rng_type == "torch":
+        torch.set_rng_state(rng_state)
+    elif rng_type == "cuda":
+        torch.cuda.set_rng_state(rng_state)
+    else:
+        assert generator is not None
+        generator.set_state(rng_state)
+
+
+def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None = None) -> None:
+    for rng_type in rng_types:
+        synchronize_rng_state(str(getattr(rng_type, "value", rng_type)), generator)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """This process's python, numpy, torch and CUDA RNG states as tensors and lists (``weights_only``-safe)."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    out: dict[str, Any] = {
+        "python": {"version": py_version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
+        "numpy": {"kind": np_kind, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "gauss": float(np_gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def restore_rng_state(saved: dict[str, Any]) -> None:
+    """Inverse of ``capture_rng_state``."""
+    py = saved["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    npy = saved["numpy"]
+    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+                         npy["gauss"]))
+    torch.set_rng_state(saved["torch"])
+    if "cuda" in saved and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
