@@ -90,6 +90,7 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
             fsdp_plugin = FullyShardedDataParallelPlugin()
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
+        self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
         self.device_placement = device_placement
         self.dataloader_config = self._merge_dataloader_config(dataloader_config, split_batches, dispatch_batches,
                                                                even_batches, use_seedable_sampler)
@@ -189,7 +190,7 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
 
     @property
     def use_distributed(self) -> bool:
-        return self.state.use_distributed
+        return self._use_distributed
 
     @property
     def mixed_precision(self) -> str:
@@ -395,20 +396,19 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
             self.step += 1
             gradient_state._set_sync_gradients(self.step % gradient_state.num_steps == 0)
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Decide whether this micro-step syncs gradients; models skip DDP's all-reduce while accumulating.
 
-        The last batch of a data loader always syncs.
+        The last batch of a data loader always syncs. (Returns a plain context manager rather than a generator:
+        this runs every step, and the generator machinery costs more than the decision itself.)
         """
         self._do_sync()
-        if self.sync_gradients or not self.use_distributed or self.gradient_state.sync_each_batch:
-            yield
-            return
-        with contextlib.ExitStack() as stack:
-            for model in models:
-                stack.enter_context(no_sync(model, True))
-            yield
+        if self.gradient_state.sync_gradients or not self._use_distributed or self.gradient_state.sync_each_batch:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for model in models:
+            stack.enter_context(no_sync(model, True))
+        return stack
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:

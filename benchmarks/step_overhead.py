@@ -1,0 +1,131 @@
+"""Per-step framework overhead: a raw PyTorch loop against the same loop through ``engine`` (and others).
+
+Tiny MLP, batch 64, CPU, one thread. Each variant runs in interleaved rounds (raw, engine, raw, engine, ...)
+so machine noise hits all of them alike; the figure is the median step time per variant and its excess over
+raw. Run: ``python benchmarks/step_overhead.py [--rounds 15 --steps 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+StepFn = Callable[[int], None]
+
+
+def _data(n: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(64, 32, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(n)]
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def make_raw() -> StepFn:
+    model, data = _model(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+def make_engine() -> StepFn:
+    from engine import Accelerator, AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    accelerator = Accelerator(cpu=True)
+    model, data = _model(), _data()
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        with accelerator.accumulate(model):
+            loss = loss_fn(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+    return step
+
+
+def make_accelerate() -> StepFn:
+    from accelerate import Accelerator  # type: ignore[import-not-found]
+
+    accelerator = Accelerator(cpu=True)
+    model, data = _model(), _data()
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        with accelerator.accumulate(model):
+            loss = loss_fn(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+    return step
+
+
+VARIANTS: dict[str, Callable[[], StepFn]] = {"raw": make_raw, "engine": make_engine}
+if importlib.util.find_spec("accelerate") is not None:
+    VARIANTS["accelerate"] = make_accelerate
+try:  # the Trainer's column, when the trainer package provides one
+    from benchmarks.trainer_overhead import TRAINER_VARIANTS  # type: ignore[import-not-found]
+
+    VARIANTS.update(TRAINER_VARIANTS)
+except ImportError:
+    pass
+
+
+def measure(variants: dict[str, Callable[[], StepFn]], rounds: int, steps: int) -> dict[str, float]:
+    """Median microseconds per step for each variant, interleaved round by round."""
+    torch.set_num_threads(1)
+    fns = {name: make() for name, make in variants.items()}
+    for fn in fns.values():  # warm-up
+        for i in range(50):
+            fn(i)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for i in range(steps):
+                fn(i)
+            samples[name].append((time.perf_counter() - start) / steps * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    result = measure(VARIANTS, args.rounds, args.steps)
+    raw = result["raw"]
+    print(f"{'loop':<28}{'us/step':>10}{'extra us/step':>16}")
+    for name, value in result.items():
+        print(f"{name:<28}{value:>10.1f}{value - raw:>16.1f}")
+
+
+if __name__ == "__main__":
+    main()

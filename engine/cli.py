@@ -1,0 +1,71 @@
+"""The ``ember`` command line: ``ember env`` (and, with the launcher, ``ember launch`` / ``ember config``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+from collections.abc import Sequence
+
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+                "OMP_NUM_THREADS")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def env_report() -> str:
+    """Versions, devices and the distributed environment this process would see."""
+    import torch
+
+    lines = [
+        f"ember-train: {_version('ember-train')}",
+        f"Python: {platform.python_version()} ({sys.executable})",
+        f"Platform: {platform.platform()}",
+        f"torch: {torch.__version__}",
+        f"CPU cores: {os.cpu_count()}, torch threads: {torch.get_num_threads()}",
+        f"CUDA available: {torch.cuda.is_available()}",
+    ]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            lines.append(f"  cuda:{i}: {torch.cuda.get_device_name(i)}")
+        lines.append(f"  bf16 supported: {torch.cuda.is_bf16_supported()}")
+    mps = getattr(torch.backends, "mps", None)
+    lines.append(f"MPS available: {bool(mps and mps.is_available())}")
+    lines.append(f"torch.distributed: {torch.distributed.is_available()} (gloo: "
+                 f"{torch.distributed.is_gloo_available()}, nccl: {torch.distributed.is_nccl_available()})")
+    for package in ("tensorboard", "wandb", "comet-ml", "tqdm", "safetensors", "numpy"):
+        lines.append(f"{package}: {_version(package)}")
+    launch = {k: os.environ[k] for k in _LAUNCH_VARS if k in os.environ}
+    lines.append("Launch environment: " + (", ".join(f"{k}={v}" for k, v in launch.items()) or "none (1 process)"))
+    settings = {k: v for k, v in os.environ.items() if k.startswith(("EMBER_", "ACCELERATE_"))}
+    lines.append("Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none"))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ember", description="Ember: train PyTorch models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("env", help="print versions, devices and the detected distributed environment")
+    try:
+        from engine.launch import add_launch_commands
+    except ImportError:
+        add_launch_commands = None
+    if add_launch_commands is not None:
+        add_launch_commands(commands)
+    args = parser.parse_args(argv)
+    if args.command == "env":
+        print(env_report())
+        return 0
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
