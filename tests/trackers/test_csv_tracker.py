@@ -1,0 +1,117 @@
+"""`CSVTracker`: exact file contents, widening, versioned run folders, per-row flush and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from trackers import CSVTracker
+
+
+def _rows(path: str | Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def test_exact_contents_widening_and_config(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path)
+    tracker.start()
+    assert tracker.run_dir == str(tmp_path / "proj" / "version_0")
+    tracker.store_init_configuration({"lr": 0.1, "model": {"width": 64}, "path": tmp_path})
+    tracker.log({"loss": 0.5}, step=0)
+    tracker.log({"loss": 0.25, "acc": 1.0}, step=1)  # a new name widens the file
+    tracker.log({"note": "a, \"quoted\" value", "nan": math.nan, "flag": True})  # no step: empty cell
+    tracker.log({"acc": 0.75}, step=2)
+    tracker.finish()
+
+    assert (tmp_path / "proj" / "version_0" / "metrics.csv").read_text() == (
+        "step,loss,acc,note,nan,flag\n"
+        "0,0.5,,,,\n"
+        "1,0.25,1.0,,,\n"
+        ',,,"a, ""quoted"" value",nan,True\n'
+        "2,,0.75,,,\n"
+    )
+    config = json.loads((tmp_path / "proj" / "version_0" / "config.json").read_text())
+    assert config == {"lr": 0.1, "model": {"width": 64}, "path": str(tmp_path)}
+    assert tracker.state_dict() == {"run_dir": str(tmp_path / "proj" / "version_0"), "step": 2}
+
+
+def test_rows_are_flushed_and_file_rewritten_only_when_columns_grow(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path)
+    tracker.start()
+    path = tracker.metrics_path
+    tracker.log({"loss": 1.0}, step=0)
+    inode = os.stat(path).st_ino
+    for step in range(1, 4):
+        tracker.log({"loss": 1.0 / (step + 1)}, step=step)
+    # Same columns: appended in place (same file), and readable before finish(), as after a kill.
+    assert os.stat(path).st_ino == inode
+    assert _rows(path)[-1] == ["3", "0.25"]
+    tracker.log({"acc": 0.5}, step=4)
+    assert os.stat(path).st_ino != inode  # widened by an atomic rewrite
+    assert _rows(path) == [["step", "loss", "acc"], ["0", "1.0", ""], ["1", "0.5", ""],
+                           ["2", "0.3333333333333333", ""], ["3", "0.25", ""], ["4", "", "0.5"]]
+    tracker.finish()
+
+
+def test_each_new_run_gets_its_own_version_folder(tmp_path: Path) -> None:
+    dirs = []
+    for _ in range(2):
+        tracker = CSVTracker("proj", tmp_path)
+        tracker.start()
+        tracker.log({"loss": 1.0}, step=0)
+        tracker.finish()
+        dirs.append(tracker.run_dir)
+    assert dirs == [str(tmp_path / "proj" / "version_0"), str(tmp_path / "proj" / "version_1")]
+    assert all(_rows(Path(d) / "metrics.csv") == [["step", "loss"], ["0", "1.0"]] for d in dirs)
+
+
+def test_resume_appends_to_the_same_file_and_drops_rows_after_the_checkpoint(tmp_path: Path) -> None:
+    first = CSVTracker("proj", tmp_path)
+    first.start()
+    for step in range(3):
+        first.log({"loss": float(step)}, step=step)
+    checkpoint = first.state_dict()  # what a checkpoint at step 2 stores
+    first.log({"loss": 3.0, "late": 1.0}, step=3)  # logged after the checkpoint, then the process dies
+    # No finish(): a killed run. The resumed run re-logs step 3, so the stale row must go.
+
+    resumed = CSVTracker("another_name", tmp_path)  # the saved identity wins over the project name
+    resumed.load_state_dict(checkpoint)
+    resumed.start()
+    assert resumed.run_dir == first.run_dir
+    resumed.log({"loss": 30.0}, step=3)
+    resumed.log({"loss": 40.0, "acc": 1.0}, step=4)
+    resumed.finish()
+    first.finish()
+
+    assert _rows(Path(first.run_dir) / "metrics.csv") == [
+        ["step", "loss", "late", "acc"], ["0", "0.0", "", ""], ["1", "1.0", "", ""], ["2", "2.0", "", ""],
+        ["3", "30.0", "", ""], ["4", "40.0", "", "1.0"]]
+    assert resumed.state_dict() == {"run_dir": first.run_dir, "step": 4}
+    assert not (tmp_path / "another_name").exists() and sorted(os.listdir(tmp_path / "proj")) == ["version_0"]
+
+
+def test_misuse_errors(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path)
+    with pytest.raises(RuntimeError, match=r"log\(\) before start\(\)"):
+        tracker.log({"loss": 1.0}, step=0)
+    tracker.start()
+    with pytest.raises(ValueError, match=r"reserves the column name 'step'"):
+        tracker.log({"step": 1})
+    with pytest.raises(RuntimeError, match=r"load_state_dict\(\) must come before start\(\)"):
+        tracker.load_state_dict({"run_dir": str(tmp_path)})
+    tracker.finish()
+    with pytest.raises(TypeError, match=r"takes no options. Received: \['flush_every'\]"):
+        CSVTracker("proj", tmp_path, flush_every=10)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "metrics.csv").write_text("epoch,loss\n0,1.0\n")
+    other = CSVTracker("proj", tmp_path)
+    other.load_state_dict({"run_dir": str(foreign), "step": None})
+    with pytest.raises(ValueError, match=r"not a metrics file written by CSVTracker"):
+        other.start()

@@ -1,0 +1,184 @@
+"""`CSVTracker`: metrics in a plain ``metrics.csv`` (no dependency; the default tracker)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import IO, Any
+
+from trackers.base import GeneralTracker
+
+
+class CSVTracker(GeneralTracker):
+    """Write ``{logging_dir}/{run_name}/version_{N}/metrics.csv`` and ``config.json``.
+
+    Each new run takes the next free ``version_{N}`` folder, so runs sharing a project never mix rows; a
+    resumed run (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a
+    ``step`` column (empty when no step was given) and one column per metric name in first-seen order; every
+    ``log`` call is one row. A metric name seen for the first time widens the file: it is rewritten once with
+    the longer header, the earlier rows keeping empty cells. Each row is flushed, so killing the process loses
+    nothing already logged.
+
+    Rows logged after the checkpoint a run resumes from (``step`` above the last step in ``state_dict()``) are
+    dropped when it reopens, because the resumed run logs those steps again.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> root = tempfile.mkdtemp()
+        >>> tracker = CSVTracker("demo", root)
+        >>> tracker.start()
+        >>> tracker.log({"loss": 0.5}, step=1)
+        >>> tracker.log({"loss": 0.25, "acc": 1.0}, step=2)
+        >>> tracker.finish()
+        >>> print(pathlib.Path(tracker.run_dir, "metrics.csv").read_text(), end="")
+        step,loss,acc
+        1,0.5,
+        2,0.25,1.0
+    """
+
+    name = "csv"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
+        super().__init__()
+        if kwargs:
+            raise TypeError(f"CSVTracker takes no options. Received: {sorted(kwargs)}.")
+        self.run_name = run_name
+        self.logging_dir = os.fspath(logging_dir)
+        self.run_dir: str | None = None
+        self._resume_step: int | None = None
+        self._last_step: int | None = None
+        self._columns: list[str] = []
+        self._known: set[str] = set()  # the same names as _columns, for O(1) membership per logged key
+        self._file: IO[str] | None = None
+        self._writer: Any = None
+
+    @property
+    def tracker(self) -> IO[str] | None:
+        """The open ``metrics.csv`` file object."""
+        return self._file
+
+    @property
+    def metrics_path(self) -> str:
+        """``{run_dir}/metrics.csv``; the run folder is chosen by ``start()`` (or given by the saved state)."""
+        if self.run_dir is None:
+            raise RuntimeError("CSVTracker has no run folder yet: call start() first.")
+        return os.path.join(self.run_dir, "metrics.csv")
+
+    def start(self) -> None:
+        if self._file is not None:
+            raise RuntimeError(f"CSVTracker {self.run_dir} is already started.")
+        if self.run_dir is None:
+            self.run_dir = _new_version_dir(os.path.join(self.logging_dir, self.run_name))
+        else:
+            os.makedirs(self.run_dir, exist_ok=True)
+        if os.path.exists(self.metrics_path):
+            columns, rows = _read(self.metrics_path)
+            self._set_columns(columns)
+            if self._resume_step is not None:
+                kept = [row for row in rows if not row[0] or int(row[0]) <= self._resume_step]
+                if len(kept) != len(rows):
+                    _rewrite(self.metrics_path, self._columns, kept)
+        self._open()
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        path = os.path.join(os.path.dirname(self.metrics_path), "config.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            # default=str: a config may hold paths, dtypes, ...; the file is for reading, not for round trips.
+            json.dump(values, f, indent=2, sort_keys=False, default=str)
+        os.replace(tmp, path)
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if self._file is None:
+            raise RuntimeError("CSVTracker.log() before start(): call start() (init_trackers does).")
+        if kwargs:
+            raise TypeError(f"CSVTracker.log takes no extra options. Received: {sorted(kwargs)}.")
+        if "step" in values:
+            raise ValueError("CSVTracker reserves the column name 'step': pass the step as log(..., step=) "
+                             "and rename the metric.")
+        new = [key for key in values if key not in self._known]
+        if new:
+            self._widen(new)
+        self._writer.writerow(["" if step is None else step, *(values.get(c, "") for c in self._columns[1:])])
+        self._file.flush()  # a killed process keeps every row logged so far (the OS has it)
+        if step is not None:
+            self._last_step = step
+
+    def finish(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "step": self._last_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._file is not None:
+            raise RuntimeError("CSVTracker.load_state_dict() must come before start(): the run is already "
+                               "open.")
+        if not state.get("run_dir"):
+            raise ValueError(f"CSVTracker.load_state_dict needs a 'run_dir'. Received: {state!r}.")
+        self.run_dir = os.fspath(state["run_dir"])
+        self._resume_step = self._last_step = state.get("step")
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite the file with a longer header; rare (new metric names appear in the first few calls)."""
+        assert self._file is not None
+        self._file.close()
+        columns, rows = _read(self.metrics_path)
+        self._set_columns(columns + new)
+        _rewrite(self.metrics_path, self._columns, rows)
+        self._open()
+
+    def _set_columns(self, columns: list[str]) -> None:
+        self._columns = columns
+        self._known = set(columns)
+
+    def _open(self) -> None:
+        fresh = not os.path.exists(self.metrics_path)
+        # Held open for the whole run (closed in finish()): reopening per row would cost a syscall pair.
+        self._file = open(self.metrics_path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+        self._writer = csv.writer(self._file)
+        if fresh:
+            self._set_columns(["step"])
+            self._writer.writerow(self._columns)
+            self._file.flush()
+
+
+def _new_version_dir(parent: str) -> str:
+    """Create ``parent/version_{N}`` with the next free N and return it (``mkdir`` is atomic: no sharing)."""
+    os.makedirs(parent, exist_ok=True)
+    taken = [int(d[8:]) for d in os.listdir(parent) if d.startswith("version_") and d[8:].isdigit()]
+    version = max(taken, default=-1) + 1
+    while True:
+        path = os.path.join(parent, f"version_{version}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            version += 1
+
+
+def _read(path: str) -> tuple[list[str], list[list[str]]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header or header[0] != "step":
+            raise ValueError(f"{path} is not a metrics file written by CSVTracker (its header is "
+                             f"{header!r}): remove it or point the tracker at another folder.")
+        return header, list(reader)
+
+
+def _rewrite(path: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Atomically replace ``path``: a crash mid-rewrite leaves the old file, never a truncated one."""
+    tmp = path + ".tmp"
+    width = len(columns)
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(row + [""] * (width - len(row)) for row in rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
