@@ -39,7 +39,8 @@ def _mp_context() -> Any:
     if _context is None:
         _context = mp.get_context("forkserver")
         # The server imports torch once; every rank is then a cheap fork of a single-threaded process.
-        _context.set_forkserver_preload(["torch", "engine"])
+        # torch._dynamo too: every optimizer constructor imports it (~1 s) when a process builds its first one.
+        _context.set_forkserver_preload(["torch", "torch._dynamo", "engine"])
     return _context
 
 
@@ -62,8 +63,12 @@ def _child(module: str, qualname: str, rank: int, env: dict[str, str], sys_path:
 
 
 def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = DEFAULT_TIMEOUT_S,
-                    env: dict[str, str] | None = None, **kwargs: Any) -> list[Any]:
-    """Run ``fn(*args, **kwargs)`` on ``world_size`` real processes and return each rank's result, in rank order."""
+                    env: dict[str, str] | None = None, daemon: bool = True, **kwargs: Any) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` real processes and return each rank's result, in rank order.
+
+    ``daemon=False`` lets the ranks start processes of their own (DataLoader workers); they are killed below
+    either way.
+    """
     if "<locals>" in fn.__qualname__ or fn.__module__ == "__main__":
         raise ValueError(f"run_distributed needs a module-level function, got {fn.__module__}.{fn.__qualname__}")
     ctx = _mp_context()
@@ -77,7 +82,7 @@ def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, tim
                           "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"})
         child_env.update(env or {})
         proc = ctx.Process(target=_child, args=(fn.__module__, fn.__qualname__, rank, child_env, list(sys.path),
-                                                args, kwargs, results), daemon=True)
+                                                args, kwargs, results), daemon=daemon)
         proc.start()
         procs.append(proc)
 
