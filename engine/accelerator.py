@@ -318,9 +318,11 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
             model = model.to(self.device)
         if not evaluation_mode and self.use_distributed:
             if self.is_fsdp2:
-                from engine.fsdp import apply_fsdp2
+                from engine.fsdp import apply_fsdp2, retarget_optimizer
 
                 model = apply_fsdp2(model, self.state.fsdp_plugin, self.mixed_precision, self.device)
+                for prepared in self._optimizers:  # prepared earlier: still pointing at the unsharded parameters
+                    retarget_optimizer(prepared.optimizer, [model])
             else:
                 model = wrap_ddp(model, self.state, self.ddp_handler)
         if self.dynamo_backend != "no":
@@ -335,6 +337,10 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
             return optimizer
         if device_placement is None:
             device_placement = self.device_placement
+        if self.is_fsdp2:  # FSDP2 replaced the model's parameters: point the optimizer at the sharded ones
+            from engine.fsdp import retarget_optimizer
+
+            retarget_optimizer(optimizer, self._models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.device)
         prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
@@ -454,7 +460,9 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         """``torch.nn.utils.clip_grad_norm_`` on unscaled gradients; returns the total norm."""
         parameters = list(parameters)
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        # Over FSDP2's sharded gradients the norm is a replicated DTensor; callers expect a plain tensor.
+        return total.full_tensor() if hasattr(total, "full_tensor") else total
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """``torch.nn.utils.clip_grad_value_`` on unscaled gradients."""
@@ -603,7 +611,11 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         return self.free_memory(*objects)
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The model's state dict (of the bare module by default); under FSDP2, the full state on every rank."""
+        """The model's state dict (of the bare module by default).
+
+        Under FSDP2 this is a collective (call it on every rank): the full state is gathered to rank 0, on the CPU,
+        and the other ranks get an empty dict (as in Accelerate).
+        """
         if is_fsdp2(unwrap_model_quick(model)):
             from engine.fsdp import full_state_dict
 

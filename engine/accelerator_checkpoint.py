@@ -1,22 +1,86 @@
-"""The Accelerator's checkpoint API: registration of extra state and save / load pre-hooks."""
+"""The Accelerator's checkpoint API: ``save_state`` / ``load_state``, ``save``, ``save_model``, registration and
+save / load pre-hooks.
+
+Where Accelerate writes straight into the final folder and unpickles everything, Ember commits each checkpoint
+atomically (``engine.checkpointing``), loads nothing with full pickle unless ``allow_unsafe_pickle=True``, and
+restores the data loaders' positions, pending gradients and ``project_configuration.iteration`` too.
+"""
 
 from __future__ import annotations
 
+import os
+import traceback
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
 from torch.utils.hooks import RemovableHandle
+
+from engine import checkpointing as folders
+from engine.checkpoint_io import (
+    CheckpointError,
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    atomic_write,
+    save_safetensors,
+    save_torch,
+)
+from engine.checkpoint_state import (
+    LoadedCheckpoint,
+    read_checkpoint,
+    restore_gradients,
+    write_rank_files,
+    write_shared_files,
+)
+from engine.checksum import FileRecord, default_algorithm, hash_file
+from engine.config import ProjectConfiguration
+from engine.operations import broadcast_object_list, gather_object
+from engine.random import capture_rng_state, restore_rng_state
+
+# Exceptions that keep their class when one rank reports them to the others.
+_SHARED_ERRORS: dict[str, type[Exception]] = {cls.__name__: cls for cls in (
+    CorruptCheckpointError, UnsafeCheckpointError, CheckpointError, RuntimeError, ValueError, TypeError, OSError)}
+
+
+def _holds_shards(manifest: dict[str, Any]) -> bool:
+    """Whether models / optimizers are stored as FSDP shards (``engine.fsdp_checkpoint``'s sub-folders)."""
+    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name for name in manifest["files"])
+
+
+def _fsdp_io(plugin: Any, manifest: dict[str, Any] | None = None) -> Any:
+    """``engine.fsdp_checkpoint`` when an FSDP plugin is set or the checkpoint holds shards, else None.
+
+    Imported only then: torch.distributed.checkpoint and FSDP take about a second to import.
+    """
+    if plugin is None and (manifest is None or not _holds_shards(manifest)):
+        return None
+    from engine import fsdp_checkpoint
+
+    return fsdp_checkpoint
 
 
 class CheckpointingMixin:
-    """``register_for_checkpointing`` and the save / load pre-hooks."""
+    """``save_state`` / ``load_state``, ``save``, ``save_model``, ``register_for_checkpointing`` and pre-hooks."""
 
+    _models: list[torch.nn.Module]
+    _optimizers: list[Any]
+    _schedulers: list[Any]
+    _dataloaders: list[Any]
     _custom_objects: list[Any]
+    scaler: Any
+    step: int
+    state: Any
+    gradient_state: Any
+    project_configuration: ProjectConfiguration
+    get_state_dict: Callable[..., dict[str, torch.Tensor]]
 
     def _init_checkpointing(self) -> None:
         self._save_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
         self._load_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
+        self._resumed_from: str | None = None  # never pruned: the run may still need to go back to it
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (anything with ``state_dict`` / ``load_state_dict``) with the checkpoint."""
@@ -28,13 +92,359 @@ class CheckpointingMixin:
         self._custom_objects.extend(objects)
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
-        """Call ``hook(models, weights, output_dir)`` before the models are written; returns a removable handle."""
+        """Call ``hook(models, weights, output_dir)`` before the models are written; returns a removable handle.
+
+        Removing entries from ``weights`` skips writing them; files the hook writes into ``output_dir`` (the
+        folder being written, renamed to its final name at commit) become part of the checkpoint.
+        """
         handle = RemovableHandle(self._save_model_state_pre_hook)
         self._save_model_state_pre_hook[handle.id] = hook
         return handle
 
     def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
-        """Call ``hook(models, input_dir)`` before the models are loaded; returns a removable handle."""
+        """Call ``hook(models, input_dir)`` before the models are loaded; returns a removable handle.
+
+        Removing a model from ``models`` skips loading it.
+        """
         handle = RemovableHandle(self._load_model_state_pre_hook)
         self._load_model_state_pre_hook[handle.id] = hook
         return handle
+
+    # -- who writes -------------------------------------------------------------------------------------------
+    @property
+    def _is_checkpoint_writer(self) -> bool:
+        """The main process, or each node's local main process with ``save_on_each_node``."""
+        if self.project_configuration.save_on_each_node:
+            return bool(self.state.is_local_main_process)
+        return bool(self.state.is_main_process)
+
+    def _agree(self, error: BaseException | None) -> tuple[str, str, int] | None:
+        """Tell every rank about the first failure on any rank (class name, message, rank), or None.
+
+        Every rank calls this at the same point whether or not it failed, so a failure on one rank becomes an
+        exception on all of them instead of a hang in the next collective.
+        """
+        mine = None if error is None else (type(error).__name__, str(error) or traceback.format_exc(limit=3))
+        if not self.state.use_distributed:
+            return None if mine is None else (*mine, self.state.process_index)
+        for rank, failure in sorted(gather_object([(self.state.process_index, mine)]), key=lambda o: o[0]):
+            if failure is not None:
+                return (*failure, rank)
+        return None
+
+    def _raise_agreed(self, failure: tuple[str, str, int], local: BaseException | None) -> None:
+        kind, message, rank = failure
+        if local is not None and rank == self.state.process_index:
+            raise local
+        cls = _SHARED_ERRORS.get(kind, CheckpointError)
+        raise cls(f"{message} (on rank {rank})" if kind in _SHARED_ERRORS else f"{kind} on rank {rank}: {message}")
+
+    # -- save -------------------------------------------------------------------------------------------------
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects.
+
+        The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
+        checksums in ``manifest.json`` and committed by one atomic rename. With
+        ``ProjectConfiguration(automatic_checkpoint_naming=True)`` and no ``output_dir``, the folder is
+        ``{project_dir}/checkpoints/checkpoint_{n}`` (``n`` continues after the highest existing one) and, after the
+        commit, checkpoints beyond ``total_limit`` are pruned (never the newest one nor the one resumed from). An
+        explicit ``output_dir`` is used as given, even with automatic naming (Accelerate ignores it); saving again
+        into it replaces the previous checkpoint there as a whole. Returns the committed folder.
+
+        >>> import tempfile
+        >>> from engine import Accelerator
+        >>> accelerator = Accelerator(cpu=True)
+        >>> model = accelerator.prepare(torch.nn.Linear(2, 1))
+        >>> folder = accelerator.save_state(os.path.join(tempfile.mkdtemp(), "ckpt"))
+        >>> sorted(os.listdir(folder))
+        ['manifest.json', 'model.safetensors', 'random_states_0.pkl']
+        """
+        if save_model_func_kwargs:
+            raise TypeError(f"save_state() got unexpected keyword arguments {sorted(save_model_func_kwargs)}: "
+                            "Accelerate passes them to DeepSpeed, which Ember does not support. Remove them.")
+        rng_state = capture_rng_state()  # first: whatever runs below must not shift what gets saved
+        config = self.project_configuration
+        auto = output_dir is None
+        if auto and not config.automatic_checkpoint_naming:
+            raise ValueError("save_state() needs output_dir=..., or ProjectConfiguration(project_dir=..., "
+                             "automatic_checkpoint_naming=True) to name checkpoints automatically.")
+        if auto and config.project_dir is None:
+            raise ValueError("automatic_checkpoint_naming=True needs ProjectConfiguration(project_dir=...): "
+                             "checkpoints go to {project_dir}/checkpoints.")
+        # Rank 0 picks the folder names (and cleans crash leftovers); everyone else uses the same ones.
+        plan: list[Any] = [None]
+        plan_error: BaseException | None = None
+        if self.state.is_main_process:
+            try:
+                plan[0] = ("ok", self._plan_save(output_dir))
+            except Exception as err:  # noqa: BLE001 - re-raised on every rank below
+                plan_error, plan[0] = err, (type(err).__name__, str(err))
+        broadcast_object_list(plan)
+        if plan[0][0] != "ok":
+            self._raise_agreed((plan[0][0], plan[0][1], 0), plan_error)
+        final, temp, number = plan[0][1]
+
+        # Weights and hooks run on every rank (gathering a sharded model's state is collective). With an FSDP
+        # plugin asking for SHARDED_STATE_DICT, models and optimizers are written as per-rank shards instead.
+        fsdp = _fsdp_io(self.state.fsdp_plugin)
+        sharded, optimizers = (False, list(self._optimizers)) if fsdp is None else fsdp.prepare_save(
+            self.state.fsdp_plugin, self._models, self._optimizers, self.gradient_state.sync_gradients)
+        weights = [] if sharded else [self.get_state_dict(model, unwrap=False) for model in self._models]
+        records: dict[str, FileRecord] = {}
+        error: BaseException | None = None
+        try:
+            os.makedirs(temp, exist_ok=True)
+            if sharded:  # a collective: before anything that could fail on one rank only
+                for name in fsdp.save_shards(temp, self._models, self._optimizers, self.state.process_index):
+                    records[name] = hash_file(os.path.join(temp, name), default_algorithm())
+            for hook in self._save_model_state_pre_hook.values():  # user code: may fail on one rank only
+                hook(self._models, weights, temp)
+            with ThreadPoolExecutor(max_workers=2) as pool:  # checksums and write-back (see DurableWriter)
+                records.update(write_rank_files(temp, pool, rank=self.state.process_index, step=self.step,
+                                                rng_state=rng_state, models=self._models,
+                                                dataloaders=self._dataloaders))
+                if self._is_checkpoint_writer:
+                    records.update(write_shared_files(
+                        temp, pool, weights=weights, optimizers=optimizers, schedulers=self._schedulers,
+                        scaler=self.scaler, custom_objects=self._custom_objects,
+                        safe_serialization=safe_serialization))
+        except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
+            error = err
+        all_records = gather_object([records]) if self.state.use_distributed else [records]
+        failure = self._agree(error)
+        if failure is None and self._is_checkpoint_writer:
+            try:
+                self._commit(temp, final, all_records, number)
+            except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
+                error = err
+            failure = self._agree(error)
+        elif failure is None:
+            failure = self._agree(None)
+        if failure is not None:
+            if self._is_checkpoint_writer and os.path.isdir(temp):
+                folders.remove_folder(temp)
+            self._raise_agreed(failure, error)
+
+        if auto and config.total_limit is not None and self._is_checkpoint_writer:
+            protect = [self._resumed_from] if self._resumed_from else []
+            folders.prune(os.path.dirname(final), config.total_limit, protect)
+        config.iteration = number + 1 if number is not None else config.iteration + 1
+        return final
+
+    def _plan_save(self, output_dir: str | os.PathLike[str] | None) -> tuple[str, str, int | None]:
+        """(final folder, temporary folder, automatic number or None); creates the temporary folder."""
+        config = self.project_configuration
+        if output_dir is None:
+            base = os.path.join(os.path.abspath(config.project_dir or "."), "checkpoints")
+            os.makedirs(base, exist_ok=True)
+            folders.clean_leftovers(base, folders.AUTO_PREFIX)
+            number = folders.next_checkpoint_number(base, config.iteration)
+            final = os.path.join(base, f"{folders.AUTO_PREFIX}{number}")
+            return final, folders.new_temp_folder(final), number
+        final = os.path.abspath(os.fspath(output_dir))
+        parent, name = os.path.split(final)
+        folders.clean_leftovers(parent, f"{name}-")
+        folders.check_replaceable(final)
+        return final, folders.new_temp_folder(final), None
+
+    def _commit(self, temp: str, final: str, all_records: list[dict[str, FileRecord]], number: int | None) -> None:
+        records: dict[str, FileRecord] = {}
+        for rank_records in all_records:
+            records.update(rank_records)
+        present = set(folders.list_files(temp))
+        # Files a pre-hook wrote are part of the checkpoint too; with save_on_each_node, files other nodes
+        # wrote to their own disks are not on this one.
+        files = {name: record for name, record in records.items() if name in present}
+        files.update({name: hash_file(os.path.join(temp, name), default_algorithm()) for name in present - set(records)})
+        folders.write_manifest(temp, files, step=self.step, iteration=number,
+                               world_size=self.state.num_processes)
+        folders.commit(temp, final)
+
+    # -- load -------------------------------------------------------------------------------------------------
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
+                   *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> str:
+        """Restore everything ``save_state`` saved, exactly; returns the folder loaded.
+
+        Without ``input_dir`` (automatic naming), the newest committed checkpoint is loaded; if it is corrupted,
+        the previous one is, with a warning. ``project_configuration.iteration`` continues after the loaded one.
+        Nothing is unpickled beyond tensors and plain values unless ``allow_unsafe_pickle=True``: only pass it
+        for checkpoints you trust. ``load_model_func_kwargs`` accepts ``strict`` (for ``load_state_dict``) and
+        ``map_location`` (``"cpu"``, ``"on_device"`` or a device).
+        """
+        options = {**(load_kwargs or {}), **load_model_func_kwargs}
+        unknown = sorted(set(options) - {"strict", "map_location"})
+        if unknown:
+            hint = " Use allow_unsafe_pickle=True instead of weights_only." if "weights_only" in unknown else ""
+            raise TypeError(f"load_state() got unsupported options {unknown}: it accepts strict= and "
+                            f"map_location=.{hint}")
+        map_location = options.get("map_location", "cpu")
+        if map_location == "on_device":
+            map_location = self.state.device
+        candidates = self._load_candidates(input_dir)
+        for position, folder in enumerate(candidates):
+            try:
+                loaded = self._read_agreed(folder, allow_unsafe_pickle, map_location)
+            except CorruptCheckpointError as err:
+                if input_dir is not None or position + 1 == len(candidates):
+                    raise
+                warnings.warn(f"{err} Falling back to the previous committed checkpoint "
+                              f"{candidates[position + 1]}.", stacklevel=2)
+                continue
+            self._apply(loaded, strict=bool(options.get("strict", True)))
+            return folder
+        raise AssertionError("unreachable: the last candidate either loads or raises")
+
+    def _load_candidates(self, input_dir: str | os.PathLike[str] | None) -> list[str]:
+        config = self.project_configuration
+        if input_dir is not None:
+            folder = os.path.abspath(os.fspath(input_dir))
+            if not os.path.isdir(folder):
+                parent, name = os.path.split(folder)
+                # A crash between the two renames that replace an explicit folder leaves it moved aside.
+                aside = sorted(p for p in (os.path.join(parent, n) for n in self._listdir(parent)
+                                           if n.startswith(f"{folders.OLD_PREFIX}{name}-")) if folders.is_committed(p))
+                if not aside:
+                    raise ValueError(f"load_state(input_dir={os.fspath(input_dir)!r}): no such directory.")
+                warnings.warn(f"{folder} is missing (a save replacing it was interrupted); loading the previous "
+                              f"checkpoint from {aside[-1]}.", stacklevel=3)
+                return [aside[-1]]
+            return [folder]
+        if not config.automatic_checkpoint_naming or config.project_dir is None:
+            raise ValueError("load_state() needs input_dir=..., or ProjectConfiguration(project_dir=..., "
+                             "automatic_checkpoint_naming=True) to find the newest checkpoint.")
+        base = os.path.join(os.path.abspath(config.project_dir), "checkpoints")
+        committed = folders.committed_checkpoints(base)
+        if not committed:
+            raise ValueError(f"load_state(): no committed checkpoint in {base} (folders without a valid "
+                             f"{folders.MANIFEST_NAME} are never loaded).")
+        return [path for _, path in reversed(committed)]
+
+    @staticmethod
+    def _listdir(folder: str) -> list[str]:
+        try:
+            return os.listdir(folder)
+        except FileNotFoundError:
+            return []
+
+    def _read_agreed(self, folder: str, allow_unsafe_pickle: bool, map_location: Any) -> LoadedCheckpoint:
+        """Check and read ``folder`` on every rank; raise on all ranks if it failed on any (nothing applied)."""
+        loaded = None
+        error: BaseException | None = None
+        try:
+            manifest = folders.read_manifest(folder)
+            if manifest is None:
+                raise CorruptCheckpointError(
+                    f"{folder} is not a committed Ember checkpoint: it has no valid {folders.MANIFEST_NAME} (a save "
+                    "that never finished, or a folder not written by Ember's save_state).")
+            folders.check_sizes(folder, manifest)
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                # One process per node checks the checksums, in the background while every rank reads.
+                checks = (folders.start_checksum_verification(folder, manifest, pool)
+                          if self.state.is_local_main_process else [])
+                try:
+                    loaded = read_checkpoint(
+                        folder, manifest, rank=self.state.process_index, num_models=len(self._models),
+                        num_optimizers=0 if _holds_shards(manifest) else len(self._optimizers),
+                        num_schedulers=len(self._schedulers),
+                        num_dataloaders=len(self._dataloaders), num_custom=len(self._custom_objects),
+                        allow_unsafe_pickle=allow_unsafe_pickle, map_location=map_location)
+                finally:
+                    for check in checks:
+                        check.result()  # a checksum mismatch explains (and outranks) any read error
+        except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
+            error = err
+        failure = self._agree(error)
+        if failure is not None:
+            self._raise_agreed(failure, error)
+        assert loaded is not None
+        return loaded
+
+    def _apply(self, loaded: LoadedCheckpoint, strict: bool) -> None:
+        """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards."""
+        models = list(self._models)
+        for hook in self._load_model_state_pre_hook.values():
+            hook(models, loaded.folder)
+        # FSDP shards (any number of processes may have written them) or full files, into sharded models or not.
+        fsdp = _fsdp_io(self.state.fsdp_plugin, loaded.manifest)
+        if fsdp is not None and _holds_shards(loaded.manifest):
+            fsdp.load_shards(loaded.folder, models, self._optimizers, self._models, strict=strict)
+        for i, model in enumerate(models if fsdp is None or not _holds_shards(loaded.manifest) else []):
+            if i not in loaded.models:
+                raise CheckpointError(f"Checkpoint {loaded.folder} has no weights for model {i} (model.safetensors "
+                                      "/ pytorch_model.bin): prepare the same models as when it was saved.")
+            if fsdp is None:
+                model.load_state_dict(loaded.models[i], strict=strict)
+            else:
+                fsdp.load_model_weights(model, loaded.models[i], strict=strict)
+        for i, model in enumerate(self._models):
+            restore_gradients(model, loaded.gradients.get(i))
+        for optimizer, state in zip(self._optimizers, loaded.optimizers):
+            if fsdp is None:
+                optimizer.load_state_dict(state)
+            else:
+                fsdp.load_optimizer_state(optimizer, state, self._models)
+        for scheduler, state in zip(self._schedulers, loaded.schedulers):
+            scheduler.load_state_dict(state)
+        if self.scaler is not None and loaded.scaler is not None:
+            self.scaler.load_state_dict(loaded.scaler)
+        for obj, state in zip(self._custom_objects, loaded.custom):
+            obj.load_state_dict(state)
+        if loaded.world_size != self.state.num_processes:
+            warnings.warn(f"Checkpoint {loaded.folder} was saved by {loaded.world_size} processes and is loaded by "
+                          f"{self.state.num_processes}: RNG states and data positions are restored only for ranks "
+                          "that existed, so the run will not continue exactly as before.", stacklevel=3)
+        for i, state in loaded.dataloaders.items():
+            loader = self._dataloaders[i]
+            if callable(getattr(loader, "load_state_dict", None)):
+                loader.load_state_dict(state)
+        if loaded.rng is not None:
+            self.step = int(loaded.rng["step"])
+            restore_rng_state(loaded.rng["rng"])
+        else:
+            self.step = int(loaded.manifest.get("step", 0))
+        self._resumed_from = loaded.folder
+        number = folders.checkpoint_number(loaded.folder)
+        if self.project_configuration.automatic_checkpoint_naming and number is not None:
+            self.project_configuration.iteration = number + 1
+
+    # -- single files -----------------------------------------------------------------------------------------
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` (or safetensors) ``obj`` to ``f`` once per machine, replacing ``f`` atomically.
+
+        Only the main process writes (each node's local main with ``save_on_each_node``).
+        """
+        if not self._is_checkpoint_writer:
+            return
+        if safe_serialization and not isinstance(obj, dict):
+            raise TypeError(f"save(safe_serialization=True) needs a dict of tensors, got {type(obj).__name__}: "
+                            "pass safe_serialization=False to torch.save it.")
+        if not isinstance(f, (str, os.PathLike)):  # a file object: no atomic replacement possible
+            if safe_serialization:
+                from safetensors.torch import save as safetensors_bytes
+
+                f.write(safetensors_bytes(obj, metadata={"format": "pt"}))
+            else:
+                torch.save(obj, f)
+            return
+        if safe_serialization:
+            atomic_write(f, lambda path: save_safetensors(obj, path))
+        else:
+            atomic_write(f, lambda path: save_torch(obj, path))
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+        """Save the bare model's weights for inference: ``model.safetensors``, or shards plus an index file
+        (``model-00001-of-00002.safetensors``, ``model.safetensors.index.json``) when larger than
+        ``max_shard_size``.
+        """
+        from engine.checkpoint_io import parse_size
+        from engine.model_saving import write_model
+
+        limit = parse_size(max_shard_size)
+        if os.path.isfile(save_directory):
+            raise ValueError(f"save_model(save_directory={os.fspath(save_directory)!r}) is a file: give a "
+                             "directory.")
+        state_dict = self.get_state_dict(model)  # every rank: gathering a sharded model is collective
+        if self._is_checkpoint_writer:
+            write_model(state_dict, os.fspath(save_directory), limit, safe_serialization)

@@ -1,0 +1,204 @@
+"""What goes into a checkpoint folder, under which name, and how each piece is read back.
+
+File names follow Accelerate's layout so tools that look for them find them. Written by the main process:
+
+* ``model.safetensors``, ``model_1.safetensors`` ... (``pytorch_model.bin`` ... with ``safe_serialization=False``)
+* ``optimizer.bin``, ``optimizer_1.bin`` ...: ``optimizer.state_dict()``
+* ``scheduler.bin``, ``scheduler_1.bin`` ...: ``scheduler.state_dict()``
+* ``scaler.pt``: ``GradScaler.state_dict()``
+* ``custom_checkpoint_{i}.pkl``: ``state_dict()`` of the i-th object given to ``register_for_checkpointing``
+* ``manifest.json``: size and checksum of every file, step, iteration, world size (``engine.checkpointing``)
+
+Written by each rank ``r`` for itself:
+
+* ``random_states_{r}.pkl``: ``{"step", "rng"}`` with the python, numpy, torch (and CUDA) RNG states
+* ``dataloader_{i}_{r}.bin``: the i-th prepared data loader's position (epoch, batches yielded, generators)
+* ``gradients_{i}_{r}.safetensors``: model i's accumulated gradients, when saved mid-accumulation
+
+Everything except the registered objects' own values is tensors and plain values, so it loads with
+``torch.load(weights_only=True)`` (the ``.pkl`` names are Accelerate's; the content is not a plain pickle).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
+from engine.checksum import FileRecord
+
+SCALER_NAME = "scaler.pt"
+
+
+def _indexed(stem: str, index: int, extension: str) -> str:
+    return f"{stem}{extension}" if index == 0 else f"{stem}_{index}{extension}"
+
+
+def model_name(index: int, safe_serialization: bool) -> str:
+    return _indexed("model", index, ".safetensors") if safe_serialization else _indexed("pytorch_model", index, ".bin")
+
+
+def optimizer_name(index: int) -> str:
+    return _indexed("optimizer", index, ".bin")
+
+
+def scheduler_name(index: int) -> str:
+    return _indexed("scheduler", index, ".bin")
+
+
+def custom_name(index: int) -> str:
+    return f"custom_checkpoint_{index}.pkl"
+
+
+def rng_name(rank: int) -> str:
+    return f"random_states_{rank}.pkl"
+
+
+def dataloader_name(index: int, rank: int) -> str:
+    return f"dataloader_{index}_{rank}.bin"
+
+
+def gradients_name(index: int, rank: int) -> str:
+    return f"gradients_{index}_{rank}.safetensors"
+
+
+def _join(folder: str, name: str) -> str:
+    return os.path.join(folder, name)
+
+
+# -- saving -------------------------------------------------------------------------------------------------
+def write_shared_files(folder: str, pool: Executor, *, weights: list[Mapping[str, torch.Tensor]],
+                       optimizers: list[Any], schedulers: list[Any], scaler: Any, custom_objects: list[Any],
+                       safe_serialization: bool) -> dict[str, FileRecord]:
+    """Write the state every rank shares (models, optimizers, schedulers, scaler, registered objects)."""
+    records: dict[str, FileRecord] = {}
+    for i, state in enumerate(weights):
+        name = model_name(i, safe_serialization)
+        if safe_serialization:
+            records[name] = save_safetensors(state, _join(folder, name), pool)
+        else:
+            # As returned by state_dict(): its `_metadata` (module versions) matters to load_state_dict.
+            records[name] = save_torch(state if isinstance(state, dict) else dict(state), _join(folder, name), pool)
+    for i, optimizer in enumerate(optimizers):
+        records[optimizer_name(i)] = save_torch(optimizer.state_dict(), _join(folder, optimizer_name(i)), pool)
+    for i, scheduler in enumerate(schedulers):
+        records[scheduler_name(i)] = save_torch(scheduler.state_dict(), _join(folder, scheduler_name(i)), pool)
+    if scaler is not None:
+        records[SCALER_NAME] = save_torch(scaler.state_dict(), _join(folder, SCALER_NAME), pool)
+    for i, obj in enumerate(custom_objects):
+        records[custom_name(i)] = save_torch(obj.state_dict(), _join(folder, custom_name(i)), pool)
+    return records
+
+
+def write_rank_files(folder: str, pool: Executor, *, rank: int, step: int, rng_state: Mapping[str, Any],
+                     models: list[torch.nn.Module], dataloaders: list[Any]) -> dict[str, FileRecord]:
+    """Write this rank's own state: RNG states and step, data loader positions, pending gradients."""
+    records = {rng_name(rank): save_torch({"step": step, "rng": dict(rng_state)}, _join(folder, rng_name(rank)))}
+    for i, loader in enumerate(dataloaders):
+        if callable(getattr(loader, "state_dict", None)):
+            name = dataloader_name(i, rank)
+            records[name] = save_torch(loader.state_dict(), _join(folder, name))
+    for i, model in enumerate(models):
+        # Mid-accumulation, .grad holds micro-steps not yet applied (and, under DDP, not yet all-reduced):
+        # without them a resumed run would take a different optimizer step.
+        # An FSDP2 gradient is a DTensor: each rank's file holds its own shard (to_local).
+        grads = {name: p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                 for name, p in model.named_parameters() if p.grad is not None}
+        if grads:
+            name = gradients_name(i, rank)
+            records[name] = save_safetensors(grads, _join(folder, name), pool)
+    return records
+
+
+# -- loading ------------------------------------------------------------------------------------------------
+@dataclass
+class LoadedCheckpoint:
+    """Everything read from a checkpoint folder for this rank, before any of it is applied."""
+
+    folder: str
+    manifest: dict[str, Any]
+    models: dict[int, Mapping[str, torch.Tensor]] = field(default_factory=dict)
+    model_files: dict[int, str] = field(default_factory=dict)
+    gradients: dict[int, Mapping[str, torch.Tensor]] = field(default_factory=dict)
+    optimizers: list[Any] = field(default_factory=list)
+    schedulers: list[Any] = field(default_factory=list)
+    scaler: Any = None
+    dataloaders: dict[int, Any] = field(default_factory=dict)
+    custom: list[Any] = field(default_factory=list)
+    rng: Mapping[str, Any] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return int(self.manifest.get("world_size", 1))
+
+
+def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_models: int, num_optimizers: int,
+                    num_schedulers: int, num_dataloaders: int, num_custom: int, allow_unsafe_pickle: bool,
+                    map_location: Any) -> LoadedCheckpoint:
+    """Read (without applying) what this rank needs from ``folder``; raises before anything is changed.
+
+    The small, pickled files come first, so a file that needs ``allow_unsafe_pickle`` is reported before the
+    large ones are read.
+    """
+    files = manifest["files"]
+    loaded = LoadedCheckpoint(folder=folder, manifest=manifest)
+
+    def load(name: str) -> Any:
+        return load_torch(_join(folder, name), allow_unsafe_pickle=allow_unsafe_pickle, map_location=map_location)
+
+    def required(name: str, what: str) -> str:
+        if name not in files:
+            raise CheckpointError(f"Checkpoint {folder} has no {name}, but {what}. Load it with the same objects "
+                                  "prepared / registered as when it was saved.")
+        return name
+
+    saved_custom = sorted(int(n[len("custom_checkpoint_"):-len(".pkl")]) for n in files
+                          if n.startswith("custom_checkpoint_") and n.endswith(".pkl"))
+    if len(saved_custom) != num_custom:
+        raise RuntimeError(f"The number of saved custom objects ({len(saved_custom)}) in {folder} does not match "
+                           f"the number of objects registered with register_for_checkpointing ({num_custom}): "
+                           "register the same objects, in the same order, as when the checkpoint was saved.")
+    loaded.custom = [load(required(custom_name(i), f"{num_custom} objects are registered")) for i in range(num_custom)]
+    if rng_name(rank) in files:
+        loaded.rng = load(rng_name(rank))
+    for i in range(num_dataloaders):
+        if dataloader_name(i, rank) in files:
+            loaded.dataloaders[i] = load(dataloader_name(i, rank))
+    if SCALER_NAME in files:
+        loaded.scaler = load(SCALER_NAME)
+    loaded.schedulers = [load(required(scheduler_name(i), f"{num_schedulers} schedulers are prepared"))
+                         for i in range(num_schedulers)]
+    loaded.optimizers = [load(required(optimizer_name(i), f"{num_optimizers} optimizers are prepared"))
+                         for i in range(num_optimizers)]
+    for i in range(num_models):
+        for safe in (True, False):
+            name = model_name(i, safe)
+            if name in files:
+                loaded.model_files[i] = name
+                loaded.models[i] = load_safetensors(_join(folder, name)) if safe else load(name)
+                break
+        if gradients_name(i, rank) in files:
+            loaded.gradients[i] = load_safetensors(_join(folder, gradients_name(i, rank)))
+    return loaded
+
+
+def restore_gradients(model: torch.nn.Module, grads: Mapping[str, torch.Tensor] | None) -> None:
+    """Give ``model`` exactly the saved gradients: saved ones copied in, all others set to None."""
+    grads = grads or {}
+    for name, param in model.named_parameters():
+        saved = grads.get(name)
+        if saved is None:
+            param.grad = None
+        elif hasattr(param, "device_mesh"):  # an FSDP2 (DTensor) parameter: the file holds this rank's shard
+            from engine.fsdp import set_local_grad
+
+            set_local_grad(param, saved)
+        elif param.grad is not None and param.grad.shape == saved.shape and param.grad.dtype == saved.dtype:
+            param.grad.copy_(saved)  # keep the existing tensor: DDP may hold it as a bucket view
+        else:
+            param.grad = saved.to(device=param.device, dtype=param.dtype, copy=True)

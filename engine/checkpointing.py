@@ -1,0 +1,249 @@
+"""Checkpoint folders: temporary folder, manifest, atomic commit, discovery, pruning and verification.
+
+A checkpoint is committed in one step. Its files are written (and fsynced) into a hidden temporary sibling,
+``.tmp-{name}-{nonce}``; then ``manifest.json`` (every file's size and checksum, the step, the iteration, the
+world size) is written and fsynced, and the folder is renamed to its final name with one ``os.rename``. A crash
+at any instant therefore leaves either the old set of checkpoints or the old set plus the complete new one.
+Only folders holding a valid manifest are ever loaded, counted or pruned; temporary folders are ignored and
+removed by the next save.
+
+Layout of ``{project_dir}/checkpoints`` with automatic naming::
+
+    checkpoint_3/  manifest.json  model.safetensors  optimizer.bin  scheduler.bin  scaler.pt
+                   random_states_0.pkl  random_states_1.pkl  dataloader_0_0.bin  custom_checkpoint_0.pkl ...
+    checkpoint_4/  ...
+    .tmp-checkpoint_5-3f9a0c1b2d4e/   (a save in progress, or left by a crash: never loaded)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, Future
+from typing import Any
+
+from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, save_bytes
+from engine.checksum import FileRecord, hash_file
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_NAME = "ember-checkpoint"
+FORMAT_VERSION = 1
+TEMP_PREFIX = ".tmp-"
+OLD_PREFIX = ".old-"  # an explicit output_dir being replaced: moved aside, removed after the commit
+AUTO_PREFIX = "checkpoint_"
+_AUTO_NAME = re.compile(r"^checkpoint_(\d+)$")
+
+
+# -- the manifest -------------------------------------------------------------------------------------------
+def write_manifest(folder: str, files: Mapping[str, FileRecord], **info: Any) -> None:
+    """Write and fsync ``manifest.json`` describing ``files`` (paths relative to ``folder``) and ``info``."""
+    from engine import __version__
+
+    manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "ember_version": __version__,
+                "created": time.time(), **info,
+                "files": {name: files[name].to_json() for name in sorted(files)}}
+    save_bytes(json.dumps(manifest, indent=1).encode(), os.path.join(folder, MANIFEST_NAME))
+
+
+def read_manifest(folder: str) -> dict[str, Any] | None:
+    """The folder's manifest, or None when it has none or it is not a valid Ember manifest."""
+    try:
+        with open(os.path.join(folder, MANIFEST_NAME), encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        return None
+    files = manifest.get("files")
+    if not isinstance(files, dict) or manifest.get("format_version", 0) > FORMAT_VERSION:
+        return None
+    try:
+        manifest["files"] = {str(name): FileRecord.from_json(entry) for name, entry in files.items()}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return manifest
+
+
+def is_committed(folder: str) -> bool:
+    """Whether ``folder`` is a committed checkpoint (a directory with a valid manifest)."""
+    return os.path.isdir(folder) and read_manifest(folder) is not None
+
+
+def list_files(folder: str) -> list[str]:
+    """Every regular file under ``folder`` as a relative POSIX path, the manifest excepted."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            relative = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if relative != MANIFEST_NAME and os.path.isfile(os.path.join(root, name)):
+                found.append(relative)
+    return sorted(found)
+
+
+# -- verification -------------------------------------------------------------------------------------------
+def check_sizes(folder: str, manifest: Mapping[str, Any]) -> None:
+    """Raise ``CorruptCheckpointError`` naming the first listed file that is missing or has the wrong size."""
+    for name, record in manifest["files"].items():
+        path = os.path.join(folder, name)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise CorruptCheckpointError(f"Checkpoint {folder} is incomplete: {path} is listed in its manifest "
+                                         "but missing.") from None
+        if size != record.size:
+            raise CorruptCheckpointError(f"Checkpoint {folder} is corrupted: {path} has {size} bytes, its "
+                                         f"manifest says {record.size} (truncated or overwritten).")
+
+
+def _check_one(folder: str, name: str, expected: FileRecord) -> None:
+    path = os.path.join(folder, name)
+    try:
+        actual = hash_file(path, expected.algorithm)
+    except FileNotFoundError:
+        raise CorruptCheckpointError(f"Checkpoint {folder} is incomplete: {path} is missing.") from None
+    if actual != expected:
+        raise CorruptCheckpointError(
+            f"Checkpoint {folder} is corrupted: {path} has {actual.size} bytes with {actual.algorithm} "
+            f"{actual.digest}, its manifest says {expected.size} bytes with {expected.digest}.")
+
+
+def start_checksum_verification(folder: str, manifest: Mapping[str, Any], pool: Executor) -> list[Future[None]]:
+    """Check every file's checksum on ``pool`` (in the background); ``.result()`` raises on a mismatch."""
+    # Largest first: the big files overlap with the caller deserialising, the small ones finish quickly.
+    files = sorted(manifest["files"].items(), key=lambda item: -item[1].size)
+    return [pool.submit(_check_one, folder, name, record) for name, record in files]
+
+
+# -- naming, discovery, pruning -----------------------------------------------------------------------------
+def checkpoint_number(folder: str) -> int | None:
+    """``N`` for a folder named ``checkpoint_N``, else None."""
+    match = _AUTO_NAME.match(os.path.basename(os.path.normpath(folder)))
+    return int(match.group(1)) if match else None
+
+
+def committed_checkpoints(base: str) -> list[tuple[int, str]]:
+    """``(N, path)`` of every committed ``checkpoint_N`` in ``base``, oldest first."""
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        match = _AUTO_NAME.match(name)
+        path = os.path.join(base, name)
+        if match and is_committed(path):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def next_checkpoint_number(base: str, iteration: int) -> int:
+    """The number of the next automatic checkpoint: ``iteration``, or one past the highest existing name.
+
+    Every ``checkpoint_N`` entry counts here, committed or not, so the new folder can never land on an
+    existing one.
+    """
+    try:
+        taken = [int(m.group(1)) for m in map(_AUTO_NAME.match, os.listdir(base)) if m]
+    except FileNotFoundError:
+        taken = []
+    return max([iteration, *(n + 1 for n in taken)])
+
+
+def new_temp_folder(final: str) -> str:
+    """Create and return the hidden temporary sibling a save into ``final`` writes to."""
+    parent, name = os.path.split(os.path.abspath(final))
+    os.makedirs(parent, exist_ok=True)
+    temp = os.path.join(parent, f"{TEMP_PREFIX}{name}-{secrets.token_hex(6)}")
+    os.mkdir(temp)
+    return temp
+
+
+def remove_folder(folder: str) -> None:
+    """Delete a folder so that no crash leaves a half-deleted checkpoint: rename it out of sight, then remove."""
+    parent, name = os.path.split(os.path.abspath(folder))
+    doomed = os.path.join(parent, f"{TEMP_PREFIX}{name}-deleting-{secrets.token_hex(6)}")
+    os.rename(folder, doomed)
+    fsync_dir(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def clean_leftovers(parent: str, name_prefix: str) -> None:
+    """Remove temporary folders (``.tmp-{name_prefix}...``) left in ``parent`` by crashed saves or deletes.
+
+    A moved-aside ``.old-`` copy of a replaced folder is renamed back if the crash happened before its
+    replacement was in place, and removed otherwise.
+    """
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        if name.startswith(TEMP_PREFIX + name_prefix):
+            shutil.rmtree(path, ignore_errors=True)
+        elif name.startswith(OLD_PREFIX + name_prefix):
+            final = os.path.join(parent, name[len(OLD_PREFIX):].rsplit("-", 1)[0])
+            if not os.path.lexists(final) and is_committed(path):
+                os.rename(path, final)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def check_replaceable(final: str) -> None:
+    """Raise unless ``final`` is absent, an empty directory, or a committed checkpoint (safe to replace)."""
+    if not os.path.lexists(final):
+        return
+    if not os.path.isdir(final):
+        raise ValueError(f"save_state(output_dir={final!r}): that path is a file. Choose a directory path.")
+    if os.listdir(final) and not is_committed(final):
+        raise ValueError(f"save_state(output_dir={final!r}): the directory exists and is not an Ember checkpoint; "
+                         "replacing it would delete its files. Choose a new or empty directory.")
+
+
+def commit(temp: str, final: str) -> None:
+    """Make the fully written ``temp`` folder visible as ``final`` in one atomic rename.
+
+    An existing ``final`` (a previous checkpoint saved to the same explicit directory) is moved aside first and
+    deleted only once the new one is in place.
+    """
+    for root, dirs, _ in os.walk(temp):  # files are fsynced by their writers; make their entries durable too
+        for name in dirs:
+            fsync_dir(os.path.join(root, name))
+    fsync_dir(temp)
+    parent, name = os.path.split(os.path.abspath(final))
+    old = None
+    if os.path.lexists(final):
+        old = os.path.join(parent, f"{OLD_PREFIX}{name}-{secrets.token_hex(6)}")
+        os.rename(final, old)
+    os.rename(temp, final)
+    fsync_dir(parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def prune(base: str, total_limit: int, protect: Iterable[str] = ()) -> list[str]:
+    """Delete the oldest committed checkpoints in ``base`` beyond ``total_limit``; returns the deleted paths.
+
+    The newest committed checkpoint and every path in ``protect`` (the one the run resumed from) are never
+    deleted, even if that leaves more than ``total_limit``.
+    """
+    committed = committed_checkpoints(base)
+    if len(committed) <= total_limit:
+        return []
+    keep = {os.path.realpath(p) for p in protect} | {os.path.realpath(committed[-1][1])}
+    deleted = []
+    excess = len(committed) - total_limit
+    for _, path in committed:
+        if excess == 0:
+            break
+        if os.path.realpath(path) in keep:
+            continue
+        remove_folder(path)
+        deleted.append(path)
+        excess -= 1
+    return deleted
