@@ -47,7 +47,8 @@ _SHARED_ERRORS: dict[str, type[Exception]] = {cls.__name__: cls for cls in (
 
 def _holds_shards(manifest: dict[str, Any]) -> bool:
     """Whether models / optimizers are stored as FSDP shards (``engine.fsdp_checkpoint``'s sub-folders)."""
-    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name for name in manifest["files"])
+    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name
+               for name in manifest["files"])
 
 
 def _fsdp_io(plugin: Any, manifest: dict[str, Any] | None = None) -> Any:
@@ -366,10 +367,11 @@ class CheckpointingMixin:
         for hook in self._load_model_state_pre_hook.values():
             hook(models, loaded.folder)
         # FSDP shards (any number of processes may have written them) or full files, into sharded models or not.
-        fsdp = _fsdp_io(self.state.fsdp_plugin, loaded.manifest)
-        if fsdp is not None and _holds_shards(loaded.manifest):
+        fsdp = _fsdp_io(self.state.fsdp_plugin, loaded.manifest)  # not None whenever the checkpoint holds shards
+        sharded = _holds_shards(loaded.manifest)
+        if sharded:
             fsdp.load_shards(loaded.folder, models, self._optimizers, self._models, strict=strict)
-        for i, model in enumerate(models if fsdp is None or not _holds_shards(loaded.manifest) else []):
+        for i, model in enumerate([] if sharded else models):
             if i not in loaded.models:
                 raise CheckpointError(f"Checkpoint {loaded.folder} has no weights for model {i} (model.safetensors "
                                       "/ pytorch_model.bin): prepare the same models as when it was saved.")

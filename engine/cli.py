@@ -1,4 +1,4 @@
-"""The ``ember`` command line: ``ember env`` (and, with the launcher, ``ember launch`` / ``ember config``)."""
+"""The ``ember`` command line: ``ember env``, ``ember launch`` and ``ember config``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import os
 import platform
 import sys
 from collections.abc import Sequence
+
+from engine.launch import add_launch_commands, config_report
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                 "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
@@ -47,6 +49,7 @@ def env_report() -> str:
     lines.append("Launch environment: " + (", ".join(f"{k}={v}" for k, v in launch.items()) or "none (1 process)"))
     settings = {k: v for k, v in os.environ.items() if k.startswith(("EMBER_", "ACCELERATE_"))}
     lines.append("Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none"))
+    lines.extend(config_report())
     return "\n".join(lines)
 
 
@@ -54,12 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ember", description="Ember: train PyTorch models.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("env", help="print versions, devices and the detected distributed environment")
-    try:
-        from engine.launch import add_launch_commands
-    except ImportError:
-        add_launch_commands = None
-    if add_launch_commands is not None:
-        add_launch_commands(commands)
+    add_launch_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "env":
         print(env_report())

@@ -4,6 +4,7 @@ unwrapping it again."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,11 +45,10 @@ def _register_comm_hook(ddp: DistributedDataParallel, handler: DistributedDataPa
 
 
 def is_fsdp2(model: torch.nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch without FSDP2
-        return False
-    return isinstance(model, FSDPModule)
+    # Nothing can be sharded before torch.distributed.fsdp was imported, and importing it only to check costs
+    # most of a second: look in sys.modules instead.
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -88,8 +89,21 @@ def _read_launch_environment() -> _LaunchInfo:
     if _env_int("SLURM_NTASKS", default=1) > 1 and "SLURM_PROCID" in os.environ:
         world = _env_int("SLURM_NTASKS", default=1)
         return _LaunchInfo(_env_int("SLURM_PROCID", default=0), world, _env_int("SLURM_LOCALID", default=0),
-                           _env_int("SLURM_NTASKS_PER_NODE", default=world), True)
+                           _slurm_tasks_on_this_node(world), True)
     return _LaunchInfo(0, 1, 0, 1, False)
+
+
+def _slurm_tasks_on_this_node(world: int) -> int:
+    """This node's task count from ``SLURM_TASKS_PER_NODE`` (e.g. ``"2(x3),1"``: 2 on nodes 0-2, 1 on node 3)."""
+    counts: list[int] = []
+    for part in os.environ.get("SLURM_STEP_TASKS_PER_NODE", os.environ.get("SLURM_TASKS_PER_NODE", "")).split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if match:
+            counts += [int(match.group(1))] * int(match.group(2) or 1)
+    node = _env_int("SLURM_NODEID", default=0)
+    if node < len(counts):
+        return counts[node]
+    return _env_int("SLURM_NTASKS_PER_NODE", default=world)
 
 
 def _slurm_master_addr() -> str | None:
@@ -147,6 +161,10 @@ class PartialState:
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         if PartialState._shared is None:
             PartialState._shared = self._initialise(cpu or _env_flag("ACCELERATE_USE_CPU"), kwargs)
+        elif kwargs and kwargs != PartialState._shared.init_kwargs:
+            warnings.warn(f"Process-group settings {kwargs} (InitProcessGroupKwargs) have no effect: the process "
+                          "state was already initialised without them. Pass them to the first Accelerator / "
+                          "PartialState of the process.", stacklevel=2)
         PartialState._shared.fork_launched = _env_flag("FORK_LAUNCHED")
 
     @staticmethod
@@ -158,6 +176,11 @@ class PartialState:
         use_cuda = not cpu and torch.cuda.is_available()
         if dist.is_available() and dist.is_initialized():
             # A process group made by the user (or a test) is adopted as it is.
+            if kwargs or requested_backend is not None:
+                given = {**kwargs, **({"backend": requested_backend} if requested_backend else {})}
+                warnings.warn(f"InitProcessGroupKwargs {given} have no effect: "
+                              "torch.distributed was already initialised by other code. Pass them to its "
+                              "init_process_group call instead.", stacklevel=3)
             backend = dist.get_backend()
             world, rank = dist.get_world_size(), dist.get_rank()
             dtype = DistributedType.MULTI_GPU if backend == "nccl" else DistributedType.MULTI_CPU
@@ -187,7 +210,7 @@ class PartialState:
         elif dtype == DistributedType.MULTI_GPU:
             device = torch.device("cuda", launch.local_rank % torch.cuda.device_count())
         elif dtype == DistributedType.MULTI_CPU:
-            device = torch.device("cpu")
+            device = torch.device("cpu", 0)  # as Accelerate: `cpu:0` on every rank
         else:
             device = _default_device(cpu)
             if device.type == "cuda":
@@ -369,7 +392,9 @@ def _prepare_environment(launch: _LaunchInfo, use_cuda: bool) -> None:
                              f"LOCAL_WORLD_SIZE={launch.local_world_size}) but MASTER_ADDR is not set: set it to the "
                              "address of the rank-0 node, or start the job with `ember launch --rdzv-endpoint`.")
         os.environ["MASTER_ADDR"] = addr or "127.0.0.1"
-    os.environ.setdefault("MASTER_PORT", "29500")
+    # Under SLURM several jobs may share a node: derive the port from the job id rather than all using 29500.
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    os.environ.setdefault("MASTER_PORT", str(15000 + int(job_id) % 20000) if job_id.isdigit() else "29500")
     if not use_cuda and "OMP_NUM_THREADS" not in os.environ:
         threads = max(1, (os.cpu_count() or 1) // max(1, launch.local_world_size))
         torch.set_num_threads(threads)
@@ -496,7 +521,9 @@ class GradientState:
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:
-        return self._record.plugin.to_kwargs()
+        """The plugin's non-default settings; ``num_steps`` always (as Accelerate, whose default is None)."""
+        plugin = self._record.plugin
+        return {"num_steps": plugin.num_steps, **plugin.to_kwargs()}
 
     @property
     def num_steps(self) -> int:
@@ -563,5 +590,5 @@ class GradientState:
 
     def __repr__(self) -> str:
         return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
-                f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self._record.plugin}\n")
+                f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
 

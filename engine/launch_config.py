@@ -1,0 +1,165 @@
+"""The settings of ``ember launch``, and the YAML file ``ember config`` saves them in.
+
+The file lives at ``$EMBER_CONFIG_FILE`` or, by default, ``~/.cache/ember/default_config.yaml`` (under
+``$XDG_CACHE_HOME`` when that is set). Flags given to ``ember launch`` win over the file; the file wins over the
+built-in defaults.
+
+>>> LaunchConfig(nproc_per_node=2, mixed_precision="bf16").to_dict()["mixed_precision"]
+'bf16'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PRECISIONS = ("no", "fp16", "bf16")
+RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
+_NNODES = re.compile(r"^(\d+)(?::(\d+))?$")
+
+
+def default_config_path() -> str:
+    """``$EMBER_CONFIG_FILE``, else ``default_config.yaml`` in Ember's cache folder."""
+    explicit = os.environ.get("EMBER_CONFIG_FILE")
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ember", "default_config.yaml")
+
+
+def _bad(key: str, value: Any, expected: str) -> ValueError:
+    return ValueError(f"Launch setting {key}={value!r} is invalid: expected {expected}.")
+
+
+@dataclass
+class LaunchConfig:
+    """What ``ember launch`` needs to start a job; every field can come from the config file or a flag."""
+
+    nproc_per_node: int | None = None
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str | None = None
+    rdzv_id: str | None = None
+    max_restarts: int = 0
+    mixed_precision: str = "no"
+    cpu: bool = False
+    use_fsdp: bool = False
+
+    def __post_init__(self) -> None:
+        def is_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        if self.nproc_per_node is not None and (not is_int(self.nproc_per_node) or self.nproc_per_node < 1):
+            raise _bad("nproc_per_node", self.nproc_per_node, "a positive integer")
+        self.nnodes = str(self.nnodes)
+        match = _NNODES.match(self.nnodes)
+        if match is None or int(match.group(1)) < 1 or int(match.group(2) or match.group(1)) < int(match.group(1)):
+            raise _bad("nnodes", self.nnodes, "a positive integer N, or MIN:MAX with MIN <= MAX")
+        if not is_int(self.node_rank) or not 0 <= self.node_rank < self.max_nodes:
+            raise _bad("node_rank", self.node_rank, f"an integer from 0 to {self.max_nodes - 1} (nnodes={self.nnodes})")
+        if self.rdzv_endpoint is not None:
+            host, _, port = str(self.rdzv_endpoint).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise _bad("rdzv_endpoint", self.rdzv_endpoint, "HOST:PORT, the address of node 0, e.g. 10.0.0.1:29400")
+        if self.multi_node and self.rdzv_endpoint is None:
+            raise ValueError(f"nnodes={self.nnodes} runs on several machines, which must find each other: pass "
+                             "--rdzv-endpoint HOST:PORT (node 0's address and a free port) on every node.")
+        if self.rdzv_backend is not None and self.rdzv_backend not in RDZV_BACKENDS:
+            raise _bad("rdzv_backend", self.rdzv_backend, f"one of {RDZV_BACKENDS}")
+        if not is_int(self.max_restarts) or self.max_restarts < 0:
+            raise _bad("max_restarts", self.max_restarts, "an integer >= 0")
+        if self.mixed_precision not in PRECISIONS:
+            raise _bad("mixed_precision", self.mixed_precision, f"one of {PRECISIONS}")
+        for flag in ("cpu", "use_fsdp"):
+            if not isinstance(getattr(self, flag), bool):
+                raise _bad(flag, getattr(self, flag), "true or false")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @property
+    def max_nodes(self) -> int:
+        match = _NNODES.match(self.nnodes)
+        assert match is not None
+        return int(match.group(2) or match.group(1))
+
+    @property
+    def multi_node(self) -> bool:
+        return self.max_nodes > 1
+
+    def uses_cpu(self) -> bool:
+        """Whether the workers will train on the CPU (``cpu=True``, or no GPU here)."""
+        if self.cpu:
+            return True
+        import torch
+
+        return not torch.cuda.is_available()
+
+    def resolved_nproc_per_node(self) -> int:
+        """``nproc_per_node``, or one process per visible GPU, or 1."""
+        if self.nproc_per_node is not None:
+            return self.nproc_per_node
+        if self.uses_cpu():
+            return 1
+        import torch
+
+        return max(1, torch.cuda.device_count())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings that are set (None left out), in field order."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_file_and_flags(cls, config_file: str | None, flags: Mapping[str, Any]) -> LaunchConfig:
+        """The file's settings (``config_file``, else the default file if it exists), overridden by ``flags``
+        that are not None."""
+        path = config_file or default_config_path()
+        if config_file is not None and not os.path.isfile(path):
+            raise ValueError(f"--config-file {config_file!r} does not exist: write it with "
+                             f"`ember config --config-file {config_file}` or leave the flag out.")
+        values = load_config(path) if os.path.isfile(path) else {}
+        values.update({k: v for k, v in flags.items() if k in cls.field_names() and v is not None})
+        return cls(**values)
+
+
+def _yaml() -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise ImportError("Ember's launch config file is YAML: install PyYAML (`pip install pyyaml`, or "
+                          "`pip install ember-train[all]`).") from None
+    return yaml
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read and check a launch config file; raises ``ValueError`` naming an unknown key or a bad value."""
+    with open(path, encoding="utf-8") as handle:
+        values = _yaml().safe_load(handle) or {}
+    if not isinstance(values, dict):
+        raise ValueError(  # noqa: TRY004 - a malformed file is a bad value, as every other error here
+            f"{path} must hold a mapping of launch settings, got {type(values).__name__}.")
+    unknown = sorted(set(values) - set(LaunchConfig.field_names()))
+    if unknown:
+        raise ValueError(f"{path} has unknown launch settings {unknown}; known: {list(LaunchConfig.field_names())}. "
+                         "Rewrite it with `ember config`.")
+    try:
+        LaunchConfig(**values)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    return dict(values)
+
+
+def save_config(values: Mapping[str, Any], path: str) -> None:
+    """Write ``values`` (checked first) to ``path`` as YAML, replacing the file atomically."""
+    checked = LaunchConfig(**values).to_dict()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temp = f"{path}.tmp-{os.getpid()}"
+    with open(temp, "w", encoding="utf-8") as handle:
+        _yaml().safe_dump(checked, handle, sort_keys=False)
+    os.replace(temp, path)
