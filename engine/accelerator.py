@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from engine import operations
 from engine.accelerator_checkpoint import CheckpointingMixin
+from engine.accelerator_process import ProcessControlMixin
 from engine.accelerator_tracking import TrackingMixin
 from engine.config import (
     AutocastKwargs,
@@ -31,10 +31,16 @@ from engine.config import (
 )
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
-from engine.precision import autocast_context, check_autocast_support, make_grad_scaler, unwrap_forward, \
-    validate_precision, wrap_forward
+from engine.precision import (
+    autocast_context,
+    check_autocast_support,
+    make_grad_scaler,
+    unwrap_forward,
+    validate_precision,
+    wrap_forward,
+)
 from engine.scheduler import AcceleratedScheduler
-from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
+from engine.state import AcceleratorState, DistributedType, GradientState
 
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
 _UNSUPPORTED = "Ember supports DDP and FSDP2 (FullyShardedDataParallelPlugin)"
@@ -44,7 +50,7 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
-class Accelerator(CheckpointingMixin, TrackingMixin):
+class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
     >>> accelerator = Accelerator(cpu=True)
@@ -71,10 +77,10 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         mixed_precision = validate_precision(mixed_precision)
         env_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")
         if mixed_precision is None and env_precision:
-            mixed_precision = validate_precision(env_precision)
+            mixed_precision = validate_precision(env_precision.lower())
 
         self.project_configuration = project_config if project_config is not None else ProjectConfiguration()
-        if project_dir is not None:
+        if project_dir is not None and self.project_configuration.project_dir is None:  # the config wins
             self.project_configuration.set_directories(project_dir)
 
         handlers = self._sort_kwargs_handlers(kwargs_handlers or [])
@@ -100,7 +106,8 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
                 raise ValueError(f"Both gradient_accumulation_steps={gradient_accumulation_steps} and a "
                                  "GradientAccumulationPlugin were given: set the number of steps in the plugin only.")
         else:
-            steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", gradient_accumulation_steps))
+            # Parsed from text as Accelerate does: 2.0 or True is a ValueError, "2" is accepted.
+            steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(gradient_accumulation_steps)))
             gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
         self.gradient_state = GradientState(gradient_accumulation_plugin=gradient_accumulation_plugin)
 
@@ -268,10 +275,7 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         elif len(device_placement) != len(args):
             raise ValueError(f"`device_placement` has {len(device_placement)} entries but {len(args)} objects were "
                              "passed to prepare(): give one bool per object.")
-        for obj in args:
-            if not (isinstance(obj, (DataLoader, torch.nn.Module, torch.optim.Optimizer)) or _is_scheduler(obj)):
-                raise TypeError(f"prepare() cannot prepare an object of type {type(obj).__name__}: pass "
-                                "torch.nn.Module, torch.optim.Optimizer, an LR scheduler or a DataLoader.")
+        # Anything else (None for a missing scheduler, a tokenizer, ...) is returned unchanged, as in Accelerate.
         first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
         result = [self._prepare_one(obj, placement) for obj, placement in zip(first, device_placement)]
         return result[0] if len(result) == 1 else tuple(result)
@@ -497,7 +501,8 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
             return data  # -1: unknown (nothing to drop that we know of); 0: no padding was added
         if use_gather_object:
             return data[:remainder]
-        return operations.recursively_apply(lambda t: t[:remainder], data)
+        # A 0-d tensor is only ever left so by a single process's gather, where nothing was padded.
+        return operations.recursively_apply(lambda t: t[:remainder] if t.dim() else t, data)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """All-reduce across processes: ``"sum"`` (default), ``"mean"``, ``"max"``, ``"min"``; ``"none"`` is a no-op."""
@@ -505,92 +510,6 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
         return operations.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
-
-    # -- process control --------------------------------------------------------------------------------------
-    def wait_for_everyone(self) -> None:
-        self.state.wait_for_everyone()
-
-    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        return self.state.main_process_first()
-
-    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        return self.state.local_main_process_first()
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager[Any]:
-        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only."""
-        self.state.print(*args, **kwargs)
-
-    def _run_when(self, should_run: Callable[[], bool], function: Callable[..., Any]) -> Callable[..., Any]:
-        # Decided at call time (unlike PartialState's decorators), as in Accelerate.
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if should_run() or not self.use_distributed:
-                return function(*args, **kwargs)
-            return None
-
-        wrapper.__wrapped__ = function  # type: ignore[attr-defined]
-        wrapper.__name__ = getattr(function, "__name__", "wrapper")
-        wrapper.__doc__ = function.__doc__
-        return wrapper
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return self._run_when(lambda: self.is_main_process, function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return self._run_when(lambda: self.is_local_main_process, function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return self._run_when(lambda: self.is_last_process, function)
-
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
-        if function is None:
-            return lambda f: self.on_process(f, process_index=process_index)
-        return self._run_when(lambda: self.process_index == process_index, function)
-
-    def on_local_process(self, function: Callable[..., Any] | None = None,
-                         local_process_index: int | None = None) -> Any:
-        if function is None:
-            return lambda f: self.on_local_process(f, local_process_index=local_process_index)
-        return self._run_when(lambda: self.local_process_index == local_process_index, function)
-
-    def set_trigger(self) -> None:
-        """Raise this process's flag; the next ``check_trigger`` returns True on every process."""
-        self.flag_tensor = torch.tensor(1, device=self.device)
-
-    def check_trigger(self) -> bool:
-        """True on all processes if any process called ``set_trigger`` since the last check (then resets it)."""
-        if self.flag_tensor is None:
-            self.flag_tensor = torch.tensor(0, device=self.device)
-        flag = operations.reduce(self.flag_tensor, "sum")
-        if int(flag.item()) >= 1:
-            self.flag_tensor = torch.tensor(0, device=self.device)
-            return True
-        return False
-
-    @contextlib.contextmanager
-    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
-        """``torch.distributed.algorithms.Join`` over ``joinables`` for uneven inputs (multi-GPU DDP only)."""
-        if self.distributed_type != DistributedType.MULTI_GPU:
-            if self.use_distributed:
-                warnings.warn("join_uneven_inputs is only supported for multi-GPU DDP training; it has no effect "
-                              f"with {self.distributed_type}.", stacklevel=3)
-            yield
-            return
-        from torch.distributed.algorithms import Join
-
-        loaders = [dl for dl in self._dataloaders if hasattr(dl, "set_even_batches")]
-        previous = [dl.even_batches for dl in loaders]  # type: ignore[attr-defined]
-        if even_batches is not None:
-            for dl in loaders:
-                dl.set_even_batches(even_batches)  # type: ignore[attr-defined]
-        try:
-            with Join(joinables):
-                yield
-        finally:
-            for dl, value in zip(loaders, previous):
-                dl.set_even_batches(value)  # type: ignore[attr-defined]
 
     # -- memory -----------------------------------------------------------------------------------------------
     def free_memory(self, *objects: Any) -> list[None]:

@@ -92,6 +92,9 @@ class DataLoaderDispatcher(_PreparedLoader):
         if self.device is None:
             self.device = self.state.device
 
+    def _reads_sampler(self) -> bool:
+        return self.state.process_index == 0
+
     @property
     def _per_step(self) -> int:
         return 1 if self.split_batches else self.state.num_processes

@@ -173,9 +173,10 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
                         non_blocking: bool = False) -> DataLoader:
     """A new loader yielding this process's share of ``dataloader``'s batches (ENGINE.md 2.4).
 
-    The prepared loader owns its random state: a sampler without a generator gets one, seeded from one draw
-    of the global torch RNG made here (broadcast from process 0 when sharding across this run's processes, so
-    call it on every process, as ``Accelerator.prepare`` does); iterating then draws nothing globally.
+    The prepared loader owns its random state: a sampler without a generator gets one. When sharding, it is
+    seeded from one draw of the global torch RNG made here, as Accelerate does (broadcast from process 0, so
+    call it on every process, as ``Accelerator.prepare`` does); otherwise from the global draw Accelerate's
+    sampler makes at each epoch start. The global RNG is consumed exactly as Accelerate consumes it.
     """
     dataset = dataloader.dataset
     is_iterable = isinstance(dataset, IterableDataset)
@@ -196,7 +197,8 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
     if split_batches and batch_size is not None and batch_size % num_processes != 0:
         raise ValueError(_split_error(batch_size, num_processes))
     sharding = num_processes > 1 and not dispatch_batches
-    seed = _draw_loader_seed(num_processes)
+    seed: int | None = None  # None: the loaders fall back to torch.initial_seed() (no draw)
+    epoch_seeded: torch.Generator | None = None
     sampler: Any = dataloader.sampler
     synchronized_generator: torch.Generator | None = None
 
@@ -219,10 +221,15 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
                 batch_sampler = _with_sampler(batch_sampler, sampler)
         elif not use_seedable_sampler and hasattr(sampler, "generator"):
             if sampler.generator is None:
-                # Unlike Accelerate this happens with one process too: otherwise the sampler draws a seed from
-                # the global RNG every epoch, at a point a resumed run cannot reproduce.
                 sampler.generator = torch.Generator()
-                sampler.generator.manual_seed(seed)
+                if sharding:  # as Accelerate: one global draw, here broadcast so every process shuffles alike
+                    seed = _draw_loader_seed(num_processes)
+                    sampler.generator.manual_seed(seed)
+                else:
+                    # Accelerate leaves it unset and the sampler draws a seed from the global RNG every epoch;
+                    # the loader makes that same draw at each epoch start into this generator, so the order
+                    # matches and is part of the saved position (a resumed run could not reproduce the draw).
+                    epoch_seeded = sampler.generator
             if num_processes > 1:
                 synchronized_generator = sampler.generator
         if sharding:
@@ -246,11 +253,16 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
         batching = {"batch_sampler": batch_sampler}
     common = {"rng_types": rng_types, "synchronized_generator": synchronized_generator,
               "_drop_last": dataloader.drop_last, "_non_blocking": non_blocking, "_seed": seed}
+    prepared: _PreparedLoader
     if dispatch_batches:
-        return DataLoaderDispatcher(dataset, split_batches=split_batches, slice_fn=slice_fn_for_dispatch,
-                                    device=device, **common, **batching, **kwargs)
-    return DataLoaderShard(dataset, device=device if put_on_device else None, _process_index=process_index,
-                           **common, **batching, **kwargs)
+        prepared = DataLoaderDispatcher(dataset, split_batches=split_batches, slice_fn=slice_fn_for_dispatch,
+                                        device=device, **common, **batching, **kwargs)
+    else:
+        prepared = DataLoaderShard(dataset, device=device if put_on_device else None, _process_index=process_index,
+                                   **common, **batching, **kwargs)
+        prepared._iterator_seed_source = dataloader.generator  # Accelerate's dispatcher drops it
+    prepared._epoch_seeded_generator = epoch_seeded
+    return prepared
 
 
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:

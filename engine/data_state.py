@@ -2,8 +2,9 @@
 
 A prepared loader owns the random state that decides its data: the sampler's generator (its state at the start
 of the epoch is saved), a private generator for DataLoader's per-iterator seed, and a seed from which worker
-processes derive per-batch seeds. Nothing here draws from the global RNG, so restoring a loader in a fresh
-process and iterating leaves the global random stream exactly where an uninterrupted run would have it.
+processes derive per-batch seeds. An epoch start makes exactly the global-RNG draws Accelerate's loader makes
+there (so an uninterrupted run's random stream matches Accelerate's); a pass restored mid-epoch makes none, so
+restoring a loader in a fresh process leaves the global random stream where an uninterrupted run would have it.
 """
 
 from __future__ import annotations
@@ -218,6 +219,11 @@ class _PreparedLoader(DataLoader):
         self._epoch_start_states: list[torch.Tensor] = []
         self._pass: object | None = None
         self._gradient_state = GradientState()
+        # Set by prepare_data_loader: where Accelerate's loader draws its per-iterator seed (the user's loader
+        # generator, None = the global RNG), and the sampler generator Accelerate would leave unset (reseeded
+        # from the global RNG every epoch, as RandomSampler does without one). See _draw_epoch_seeds.
+        self._iterator_seed_source: torch.Generator | None = None
+        self._epoch_seeded_generator: torch.Generator | None = None
 
     @property
     def _index_sampler(self) -> Any:
@@ -321,6 +327,8 @@ class _PreparedLoader(DataLoader):
         if self.rng_types:
             self._synchronize_rngs(resuming=start > 0)
         self.set_epoch(self.iteration)
+        if not start:
+            self._draw_epoch_seeds()
         self._epoch_start_states = [g.get_state() for g in self._generators()]
         self._iter_generator.manual_seed(derive_seed(self._seed, self.iteration, _LOADER_SALT))
         if isinstance(self.worker_init_fn, _WorkerInit):
@@ -331,6 +339,21 @@ class _PreparedLoader(DataLoader):
         self._epoch_active = True
         self.begin()
         return start
+
+    def _reads_sampler(self) -> bool:
+        return True
+
+    def _draw_epoch_seeds(self) -> None:
+        """Make the draws Accelerate's loader makes when an epoch starts, so the random stream after it matches.
+
+        DataLoader draws its per-iterator seed (from the user's loader generator, else the global RNG); then a
+        RandomSampler without a generator draws its seed from the global RNG, which here seeds the loader's own
+        generator instead, so the epoch's order is part of the saved position. A pass resumed mid-epoch skips
+        them: the restored global RNG is already past them.
+        """
+        torch.empty((), dtype=torch.int64).random_(generator=self._iterator_seed_source)
+        if self._epoch_seeded_generator is not None and self._reads_sampler():
+            self._epoch_seeded_generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
 
     def _synchronize_rngs(self, resuming: bool) -> None:
         # Mid-epoch, the global RNGs were just restored per rank and must stay as they are; the collectives
@@ -403,5 +426,7 @@ class _PreparedLoader(DataLoader):
     def _copy_state_to(self, other: _PreparedLoader) -> None:
         other.iteration = self.iteration
         other._seed = self._seed
+        other._iterator_seed_source = self._iterator_seed_source
+        other._epoch_seeded_generator = self._epoch_seeded_generator
         if isinstance(other.worker_init_fn, _WorkerInit):
             other.worker_init_fn.seed = self._seed

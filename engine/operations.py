@@ -129,7 +129,10 @@ _REDUCTIONS = ("sum", "mean", "max", "min", "none")
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """All-reduce ``tensor`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``); ``"none"`` returns it unchanged."""
+    """All-reduce ``tensor`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``); ``"none"`` returns it unchanged.
+
+    ``scale`` is accepted for Accelerate compatibility, where it applies on XLA only: it has no effect here.
+    """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduce(reduction={reduction!r}) is not one of {_REDUCTIONS}.")
     if reduction == "none":
@@ -143,8 +146,6 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
             dist.all_reduce(out, op=op)
             if reduction == "mean":
                 out /= state.num_processes
-        if scale != 1.0:
-            out *= scale
         return out
 
     _verify_same_shapes(tensor, "reduce")
@@ -199,6 +200,9 @@ def split_for_process(inputs: Any, num_processes: int, process_index: int, apply
     """This process's contiguous share of ``inputs``; with ``apply_padding`` every share has the same length."""
     if num_processes == 1:
         return inputs
+    length = len(inputs)  # as Accelerate: an object without a length is a TypeError...
+    if not isinstance(inputs, (list, tuple, torch.Tensor, Mapping)) and not hasattr(inputs, "select"):
+        return inputs  # ...and a str, range, array, ... is given whole to every process
     if isinstance(inputs, Mapping):
         lengths = {k: len(v) for k, v in inputs.items()}
         if len(set(lengths.values())) > 1:
@@ -206,10 +210,13 @@ def split_for_process(inputs: Any, num_processes: int, process_index: int, apply
                              f"{lengths}.")
         # Padding repeats the last element of the *whole* input; per key, that is each value's last element.
         return {k: split_for_process(v, num_processes, process_index, apply_padding) for k, v in inputs.items()}
-    length = len(inputs)
     per, extra = divmod(length, num_processes)
     start = process_index * per + min(process_index, extra)
     end = start + per + (1 if process_index < extra else 0)
+    if not isinstance(inputs, (list, tuple, torch.Tensor)):  # a Hugging Face `datasets.Dataset`
+        rows = list(range(start, end))
+        return inputs.select(rows + [length - 1] * (per + (extra > 0) - len(rows)) if apply_padding and length
+                             else rows)
     share = inputs[start:end]
     if not apply_padding or length == 0:
         return share

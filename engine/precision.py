@@ -15,10 +15,10 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def validate_precision(mixed_precision: str | None) -> str | None:
-    """Lower-case and check a ``mixed_precision`` value; fp8 is out of scope."""
+    """Check a ``mixed_precision`` value (case-sensitive, as Accelerate's argument); fp8 is out of scope."""
     if mixed_precision is None:
         return None
-    value = str(getattr(mixed_precision, "value", mixed_precision)).lower()
+    value = str(getattr(mixed_precision, "value", mixed_precision))
     if value not in PRECISIONS:
         raise ValueError(f"Unknown mixed_precision={mixed_precision!r}: choose one of 'no', 'fp16', 'bf16'.")
     if value == "fp8":

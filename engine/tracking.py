@@ -48,9 +48,12 @@ class TrackerHub:
                  logging_dir: str | os.PathLike[str] | None, is_main_process: bool) -> None:
         self.logging_dir = None if logging_dir is None else os.fspath(logging_dir)
         self.is_main_process = is_main_process
-        self._specs = _resolve(log_with)
+        self._specs, asked_for_all = _resolve(log_with)
         needing_dir = [s.name for s in self._specs if isinstance(s, type) and s.requires_logging_directory]
-        if needing_dir and self.logging_dir is None:
+        if needing_dir and self.logging_dir is None and asked_for_all:
+            # As Accelerate, "all" makes no directory check: it means the installed trackers that can run here.
+            self._specs = [s for s in self._specs if s.name not in needing_dir]
+        elif needing_dir and self.logging_dir is None:
             raise ValueError(f"Logging with {needing_dir} requires a logging directory, but none was given: "
                              "pass `project_dir=...` to the Accelerator (or "
                              "ProjectConfiguration(logging_dir=...)).")
@@ -185,12 +188,13 @@ class TrackerHub:
 
 
 def _resolve(log_with: TrackerSpec | Iterable[TrackerSpec] | None
-             ) -> list[GeneralTracker | type[GeneralTracker]]:
-    """Turn ``log_with`` into tracker classes / instances, validated and de-duplicated by name."""
+             ) -> tuple[list[GeneralTracker | type[GeneralTracker]], bool]:
+    """``log_with`` as tracker classes / instances, validated and de-duplicated by name; and whether it said "all"."""
     if log_with is None:
-        return []
+        return [], False
     items = [log_with] if isinstance(log_with, (str, GeneralTracker, type)) else list(log_with)
-    if any(isinstance(item, str) and item.lower() == "all" for item in items):
+    asked_for_all = any(isinstance(item, str) and item.lower() == "all" for item in items)
+    if asked_for_all:
         # "all": every installed built-in plus the user's own trackers given next to it.
         items = [*available_trackers(), *(item for item in items if not isinstance(item, str))]
     resolved: dict[str, GeneralTracker | type[GeneralTracker]] = {}
@@ -203,7 +207,7 @@ def _resolve(log_with: TrackerSpec | Iterable[TrackerSpec] | None
             raise TypeError("log_with entries must be tracker names, GeneralTracker subclasses or "
                             f"instances. Received: {item!r} ({type(item).__name__}).")
         resolved.setdefault(spec.name, spec)
-    return list(resolved.values())
+    return list(resolved.values()), asked_for_all
 
 
 def _is_tracker(item: Any) -> bool:
