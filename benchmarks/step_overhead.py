@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -87,7 +88,7 @@ def make_accelerate() -> StepFn:
     return step
 
 
-VARIANTS: dict[str, Callable[[], StepFn]] = {"raw": make_raw, "engine": make_engine}
+VARIANTS: dict[str, Callable[[], Any]] = {"raw": make_raw, "engine": make_engine}
 if importlib.util.find_spec("accelerate") is not None:
     VARIANTS["accelerate"] = make_accelerate
 try:  # the Trainer's column, when the trainer package provides one
@@ -98,20 +99,28 @@ except ImportError:
     pass
 
 
-def measure(variants: dict[str, Callable[[], StepFn]], rounds: int, steps: int) -> dict[str, float]:
+def _run(fn: Any, steps: int) -> float:
+    """Seconds for ``steps`` steps. A variant that runs whole loops (the Trainer) has ``run_steps`` and times
+    itself, since its loop cannot be called one step at a time."""
+    run_steps = getattr(fn, "run_steps", None)
+    if run_steps is not None:
+        return float(run_steps(steps))
+    start = time.perf_counter()
+    for i in range(steps):
+        fn(i)
+    return time.perf_counter() - start
+
+
+def measure(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> dict[str, float]:
     """Median microseconds per step for each variant, interleaved round by round."""
     torch.set_num_threads(1)
     fns = {name: make() for name, make in variants.items()}
     for fn in fns.values():  # warm-up
-        for i in range(50):
-            fn(i)
+        _run(fn, 50)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            for i in range(steps):
-                fn(i)
-            samples[name].append((time.perf_counter() - start) / steps * 1e6)
+            samples[name].append(_run(fn, steps) / steps * 1e6)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

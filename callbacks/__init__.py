@@ -1,0 +1,14 @@
+"""Trainer callbacks: the ``Callback`` base (with the hook timeline) and the built-ins.
+
+Nothing here imports ``tqdm`` or a tracker backend at import time.
+"""
+
+from callbacks.accumulation import GradientAccumulationScheduler
+from callbacks.base import Callback
+from callbacks.lr_monitor import LearningRateMonitor
+from callbacks.model_summary import ModelSummary, summarize
+from callbacks.progress import ProgressBar
+from callbacks.throughput import ThroughputMonitor
+
+__all__ = ["Callback", "GradientAccumulationScheduler", "LearningRateMonitor", "ModelSummary", "ProgressBar",
+           "ThroughputMonitor", "summarize"]

@@ -1,0 +1,181 @@
+"""`ProgressBar`: tqdm bars in a terminal; one readable line per epoch anywhere else (log files, CI)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+
+class _Progress:
+    """One loop's progress: a tqdm bar on a terminal, just a batch counter and a clock elsewhere."""
+
+    def __init__(self, name: str, total: int | None, stream: IO[str] | None, leave: bool, position: int) -> None:
+        self.name = name
+        self.count = 0
+        self.started = time.monotonic()
+        self.bar: Any = None
+        if stream is not None:
+            from tqdm import tqdm  # imported here so that `import trainer` stays cheap
+
+            self.bar = tqdm(total=total, desc=name, file=stream, leave=leave, dynamic_ncols=True, position=position)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class ProgressBar(Callback):
+    """Shows progress and the ``prog_bar=True`` metrics, on the main process only.
+
+    On a terminal it draws tqdm bars; the metrics (one device sync to read them) are refreshed at most every
+    ``metrics_interval_s`` seconds. When the stream is not a terminal it prints one line per training epoch (and
+    one per standalone validate / test / predict run) instead of redrawing, e.g.
+    ``Epoch 3/10: 120 batches, step 360, 4.2s, train/loss=0.1234, val/acc=0.91``.
+
+    Args:
+        refresh_rate: redraw the bar every N batches (0 turns the bar and the lines off).
+        stream: where to write (default: ``sys.stdout`` as it is at the start of each run).
+        metrics_interval_s: the shortest time between two metric refreshes of a bar.
+
+    Example:
+        >>> ProgressBar(refresh_rate=10).refresh_rate
+        10
+    """
+
+    def __init__(self, refresh_rate: int = 1, stream: IO[str] | None = None, metrics_interval_s: float = 0.5) -> None:
+        if not isinstance(refresh_rate, int) or isinstance(refresh_rate, bool) or refresh_rate < 0:
+            raise ValueError(f"ProgressBar(refresh_rate=...) must be an int >= 0. Received: {refresh_rate!r}.")
+        self.refresh_rate = refresh_rate
+        self.metrics_interval_s = metrics_interval_s
+        self._given_stream = stream
+        self._stream: IO[str] = stream or sys.stdout
+        self._active = False
+        self._terminal = False
+        self._in_fit = False
+        self._train: _Progress | None = None
+        self._eval: _Progress | None = None
+        self._last_metrics = 0.0
+
+    # -- runs -------------------------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._stream = self._given_stream or sys.stdout
+        self._active = trainer.is_global_zero and self.refresh_rate > 0
+        isatty = getattr(self._stream, "isatty", None)
+        self._terminal = self._active and callable(isatty) and bool(isatty())
+        self._in_fit = stage == "fit"
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._close_all()
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        self._close_all()
+
+    # -- training ---------------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs is not None else ""
+        self._train = self._start(f"Epoch {trainer.current_epoch + 1}{epochs}", trainer.num_training_batches,
+                                  leave=True, position=0)
+
+    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        progress = self._train
+        if progress is not None and progress.bar is None:
+            progress.count += 1  # no bar to draw (not a terminal): just count, this runs on every batch
+        else:
+            self._advance(progress, trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        progress, self._train = self._train, None
+        if progress is not None:
+            self._finish(progress, trainer, f"{progress.count} batches, step {trainer.global_step}", metrics=True)
+
+    # -- evaluation -------------------------------------------------------------------------------------------
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        sanity = trainer.sanity_checking
+        self._start_eval("Sanity check" if sanity else "Validation",
+                         trainer.num_sanity_val_batches if sanity else trainer.num_val_batches)
+
+    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._advance(self._eval, trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._finish_eval(trainer, metrics=True)
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._start_eval("Test", trainer.num_test_batches)
+
+    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._advance(self._eval, trainer)
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._finish_eval(trainer, metrics=True)
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._start_eval("Predict", trainer.num_predict_batches)
+
+    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self._advance(self._eval, trainer)
+
+    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._finish_eval(trainer, metrics=False)
+
+    # -- drawing ----------------------------------------------------------------------------------------------
+    def _start(self, name: str, total: int | None, leave: bool, position: int) -> _Progress | None:
+        if not self._active:
+            return None
+        return _Progress(name, total, self._stream if self._terminal else None, leave, position)
+
+    def _start_eval(self, name: str, counts: list[int | None]) -> None:
+        total = None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+        # Inside fit the evaluation bar sits under the epoch bar and disappears when done.
+        self._eval = self._start(name, total, leave=not self._in_fit, position=1 if self._in_fit else 0)
+
+    def _finish_eval(self, trainer: Trainer, metrics: bool) -> None:
+        progress, self._eval = self._eval, None
+        if progress is None:
+            return
+        if self._in_fit and not self._terminal:
+            return  # inside fit, the epoch line carries the validation metrics
+        self._finish(progress, trainer, f"{progress.count} batches", metrics)
+
+    def _advance(self, progress: _Progress | None, trainer: Trainer) -> None:
+        if progress is None:
+            return
+        progress.count += 1
+        if progress.bar is None or progress.count % self.refresh_rate:
+            return
+        progress.bar.update(self.refresh_rate)
+        now = time.monotonic()
+        if now - self._last_metrics >= self.metrics_interval_s:
+            self._last_metrics = now
+            progress.bar.set_postfix(_format(trainer.progress_bar_metrics), refresh=False)
+
+    def _finish(self, progress: _Progress, trainer: Trainer, summary: str, metrics: bool) -> None:
+        shown = _format(trainer.progress_bar_metrics) if metrics else {}
+        if progress.bar is not None:
+            progress.bar.set_postfix(shown, refresh=True)
+            progress.close()
+            return
+        seconds = time.monotonic() - progress.started
+        parts = [f"{progress.name}: {summary}, {seconds:.1f}s", *(f"{k}={v}" for k, v in shown.items())]
+        print(", ".join(parts), file=self._stream, flush=True)
+
+    def _close_all(self) -> None:
+        for progress in (self._eval, self._train):
+            if progress is not None:
+                progress.close()
+        self._train = self._eval = None
+
+
+def _format(metrics: dict[str, Any]) -> dict[str, str]:
+    return {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in metrics.items()}

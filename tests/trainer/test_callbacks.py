@@ -1,0 +1,118 @@
+"""The built-in callbacks: ProgressBar, LearningRateMonitor, ModelSummary, ThroughputMonitor, accumulation."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+import torch
+
+from callbacks import (
+    GradientAccumulationScheduler,
+    LearningRateMonitor,
+    ModelSummary,
+    ProgressBar,
+    ThroughputMonitor,
+)
+from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data, fit
+from tests.trainer.test_hook_order import ManualModule
+from trainer import Trainer
+
+
+class Shown(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.log("shown", 1.5, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_shown", 0.25, prog_bar=True)
+
+
+def test_progress_bar_prints_one_line_per_epoch_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = Trainer(**{**QUIET, "enable_progress_bar": True}, max_epochs=2)
+    module = Shown()
+    trainer.fit(module, data(n=16), data(n=8))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["Epoch 1/2: 4 batches", "Epoch 2/2: 4 batches"]
+    assert lines[1].startswith("Epoch 2/2: 4 batches, step 8, ") and lines[1].endswith("shown=1.5, val_shown=0.25")
+    trainer.validate(module, data(n=8), verbose=False)
+    trainer.test(module, data(n=4), verbose=False)
+    trainer.predict(module, data(n=8))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Validation: 2 batches, ") and lines[0].endswith("val_shown=0.25")
+    assert lines[1].startswith("Test: 1 batches, ")
+    assert lines[2].startswith("Predict: 2 batches, ")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_tqdm_bars_on_a_terminal() -> None:
+    stream = Terminal()
+    trainer = Trainer(**{**QUIET, "enable_progress_bar": True}, max_epochs=1,
+                      callbacks=[ProgressBar(stream=stream, metrics_interval_s=0.0)])
+    trainer.fit(Shown(), data(n=16), data(n=8))
+    text = stream.getvalue()
+    assert "Epoch 1/1" in text and "\r" in text and "shown=1.5" in text and "4/4" in text
+
+
+def test_learning_rate_monitor_logs_before_each_step() -> None:
+    class Halving(Regressor):
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.SGD(self.parameters(), lr=1.0, momentum=0.9)
+            return {"optimizer": opt, "lr_scheduler": {
+                "scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5), "interval": "step"}}
+
+    tracker = MemoryTracker()
+    monitor = LearningRateMonitor(log_momentum=True)
+    fit(Halving(), data(n=16), max_epochs=1, log_every_n_steps=1, log_with=[tracker], callbacks=[monitor],
+        accumulate_grad_batches=2)
+    assert monitor.lrs == {"lr-SGD": [1.0, 0.5]}  # 4 batches, 2 optimizer steps: logged once per step
+    assert tracker.logged("lr-SGD") == [(0, 1.0), (1, 0.5)] and tracker.logged("lr-SGD-momentum")[0] == (0, 0.9)
+
+    epoch_monitor = LearningRateMonitor(logging_interval="epoch")
+    fit(Halving(), data(n=8), max_epochs=3, log_with=[MemoryTracker()], callbacks=[epoch_monitor])
+    assert epoch_monitor.lrs == {"lr-SGD": [1.0, 0.25, 0.0625]}
+    with pytest.raises(ValueError, match="has nowhere to log: the trainer has no trackers"):
+        fit(Regressor(), max_epochs=1, callbacks=[LearningRateMonitor()])
+    with pytest.raises(ValueError, match="Received: 'batch'"):
+        LearningRateMonitor(logging_interval="batch")
+
+
+def test_model_summary_prints_the_parameter_table(capsys: pytest.CaptureFixture[str]) -> None:
+    fit(Regressor(), max_epochs=1, callbacks=[ModelSummary()])
+    out = capsys.readouterr().out
+    assert "0 | net  | Linear | 4" in out and "4         Total params" in out
+
+
+def test_throughput_monitor_reports_samples_and_tokens() -> None:
+    class Tokens(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+            return {"loss": super().training_step(batch, batch_idx), "tokens": torch.tensor(10 * len(batch[0]))}
+
+    tracker = MemoryTracker()
+    monitor = ThroughputMonitor(window=2)
+    fit(Tokens(), data(n=32), data(n=8), max_epochs=1, callbacks=[monitor], log_with=[tracker],
+        val_check_interval=3)
+    samples = tracker.logged("throughput/samples_per_sec")
+    tokens = tracker.logged("throughput/tokens_per_sec")
+    assert [step for step, _ in samples] == [2, 4, 6, 8] and all(value > 0 for _, value in samples)
+    assert [t / s for (_, t), (_, s) in zip(tokens, samples)] == pytest.approx([10.0] * 4)
+    assert set(monitor.last) == {"throughput/samples_per_sec", "throughput/tokens_per_sec"}
+
+
+def test_gradient_accumulation_scheduler() -> None:
+    trainer = fit(Regressor(), data(n=16), max_epochs=3,
+                  callbacks=[GradientAccumulationScheduler({1: 2, 2: 4})])  # 4 batches per epoch
+    assert trainer.global_step == 4 + 2 + 1
+    with pytest.raises(ValueError, match="factors must be ints >= 1. Received 0 for epoch 1"):
+        GradientAccumulationScheduler({1: 0})
+    with pytest.raises(ValueError, match="accumulate_grad_batches=3\\) conflicts"):
+        fit(Regressor(), max_epochs=1, accumulate_grad_batches=3,
+            callbacks=[GradientAccumulationScheduler({0: 2})])
+    with pytest.raises(ValueError, match="needs automatic optimisation"):
+        fit(ManualModule(), max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})])

@@ -1,0 +1,112 @@
+"""Bad input fails early, naming the received value and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from callbacks import ProgressBar
+from engine import Accelerator
+from tests.trainer.helpers import QUIET, Recorder, Regressor, data, fit
+from trainer import Trainer, TrainModule
+
+
+@pytest.mark.parametrize("returned, error, message", [
+    ("loss", TypeError, "training_step returned str; return the loss tensor, a dict with a 'loss' key, or None"),
+    ({"los": 1}, TypeError, r"returned dict with keys \['los'\]"),
+    (torch.ones(2, requires_grad=True), ValueError, "must be a scalar tensor that requires grad"),
+    (torch.tensor(1.0), ValueError, r"requires grad. Received: tensor\(1.\).*\.detach\(\)"),
+])
+def test_training_step_must_return_a_loss(returned: Any, error: type[Exception], message: str) -> None:
+    class Bad(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return returned
+
+    with pytest.raises(error, match=message):
+        fit(Bad(), max_epochs=1)
+
+
+def test_max_epochs_and_max_steps() -> None:
+    with pytest.warns(UserWarning, match="training stops after 1000 epochs. Pass max_epochs=N or max_steps=N"):
+        Trainer(**QUIET).fit(StopAtOnce(), data(n=4))
+    assert Trainer(**QUIET).max_epochs == 1000
+    assert Trainer(**QUIET, max_time={"hours": 1}).max_epochs is None  # a time limit replaces the default
+    assert Trainer(**QUIET, max_epochs=-1).max_epochs is None  # Lightning's "no limit"
+    for kwargs in ({"max_epochs": -2}, {"max_steps": -5}, {"max_epochs": 1.5}):
+        name, value = next(iter(kwargs.items()))
+        with pytest.raises(ValueError, match=rf"Trainer\({name}=...\) must be an int >= 0.*Received: {value}"):
+            Trainer(**QUIET, **kwargs)
+
+
+class StopAtOnce(Regressor):
+    def on_train_start(self) -> None:
+        self.trainer.should_stop = True
+
+
+def test_val_check_interval_larger_than_the_epoch() -> None:
+    with pytest.raises(ValueError, match=r"val_check_interval=7\) is larger than the 6 training batches.*"
+                                         r"check_val_every_n_epoch=None"):
+        fit(Regressor(), data(n=24), data(n=8), max_epochs=1, val_check_interval=7)
+    with pytest.raises(ValueError, match=r"must be an int >= 1 .* or a float in \(0.0, 1.0\].*Received: 1.5"):
+        Trainer(**QUIET, val_check_interval=1.5)
+    with pytest.raises(ValueError, match="it must be an int. Received: val_check_interval=0.5"):
+        Trainer(**QUIET, check_val_every_n_epoch=None, val_check_interval=0.5)
+
+
+def test_module_without_configure_optimizers_fails_before_any_hook() -> None:
+    class NoOptimizers(TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(3, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0]).sum()
+
+    recorder = Recorder()
+    with pytest.raises(NotImplementedError, match="NoOptimizers has no configure_optimizers: add `def "
+                                                  "configure_optimizers"):
+        Trainer(**QUIET, max_epochs=1, callbacks=[recorder]).fit(NoOptimizers(), data())
+    assert recorder.events == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"limit_train_batches": 1.5}, r"limit_train_batches=...\) must be an int >= 0.*Received: 1.5"),
+    ({"limit_val_batches": -1}, r"limit_val_batches=...\).*Received: -1"),
+    ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches=...\) must be an int >= 1.*Received: 0"),
+    ({"precision": "16-true"}, r"precision='16-true'\) is not supported.*'16-mixed'"),
+    ({"mixed_precision": "fp16", "precision": "bf16-mixed"}, "disagree: pass only one"),
+    ({"gradient_clip_algorithm": "l2"}, r"must be one of \('norm', 'value'\). Received: 'l2'"),
+    ({"max_time": "12:00"}, r"max_time='12:00'\) must be 'DD:HH:MM:SS'"),
+    ({"accelerator": "tpu"}, r"accelerator=...\) takes an engine.Accelerator.*Received: 'tpu'"),
+    ({"min_epochs": 5, "max_epochs": 2}, r"min_epochs=5\) is larger than max_epochs=2"),
+    ({"callbacks": [object()]}, "takes Callback instances. Received: <object object"),
+    ({"enable_progress_bar": False, "callbacks": [ProgressBar()]}, "enable_progress_bar=False"),
+])
+def test_bad_trainer_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        Trainer(**{**QUIET, **kwargs})
+
+
+def test_given_accelerator_conflicts() -> None:
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(ValueError, match=r"together with \['log_with'\]: set them on the Accelerator"):
+        Trainer(accelerator=accelerator, log_with="csv")
+    with pytest.raises(ValueError, match="asks for mixed precision 'bf16' but the given Accelerator uses 'no'"):
+        Trainer(accelerator=accelerator, precision="bf16-mixed")
+    trainer = Trainer(accelerator=accelerator, max_epochs=1, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.accelerator is accelerator
+
+
+def test_bad_data_and_modules() -> None:
+    with pytest.raises(TypeError, match="derive your model from trainer.TrainModule"):
+        Trainer(**QUIET, max_epochs=1).fit(torch.nn.Linear(3, 1), data())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a torch.utils.data.DataLoader .* Received: list"):
+        fit(Regressor(), [[1.0, 2.0]], max_epochs=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="No training data: pass fit"):
+        Trainer(**QUIET, max_epochs=1).fit(Regressor())
+    with pytest.raises(NotImplementedError, match="needs TrainModule.test_step"):
+        Trainer(**QUIET).test(TrainModule(), data())
+    with pytest.raises(NotImplementedError, match="ckpt_path='last'"):
+        Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="last")

@@ -1,0 +1,159 @@
+"""self.log: defaults, step / epoch values, batch-size weighting, reductions, and what reaches the trackers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from callbacks import Callback
+from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data, fit
+from trainer import Trainer, TrainModule
+
+
+class LogsBatchIndex(Regressor):
+    """Validation logs the batch index under several reductions (batch sizes 4, 4, 2 for 10 samples)."""
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        value = torch.tensor(float(batch_idx))
+        self.log("mean", value)
+        self.log("sum", value, reduce_fx="sum")
+        self.log("max", value, reduce_fx=torch.max)
+        self.log("min", value, reduce_fx="min")
+        self.log("median", value, reduce_fx=lambda t: t.median())
+        self.log("unweighted", value, batch_size=1)
+        self.log("python", batch_idx)
+
+
+def test_epoch_values_are_batch_size_weighted_with_an_uneven_last_batch() -> None:
+    trainer = Trainer(**QUIET)
+    [results] = trainer.validate(LogsBatchIndex(), data(n=10, batch_size=4), verbose=False)
+    assert results["mean"] == pytest.approx((0 * 4 + 1 * 4 + 2 * 2) / 10)
+    assert results["python"] == pytest.approx(0.8)
+    assert results["unweighted"] == pytest.approx(1.0)
+    assert (results["sum"], results["max"], results["min"], results["median"]) == (3.0, 2.0, 0.0, 1.0)
+    assert isinstance(trainer.callback_metrics["mean"], torch.Tensor)
+
+
+class StepLogger(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.losses.append(float(loss.detach()))
+        self.log("both", float(batch_idx), on_step=True, on_epoch=True, prog_bar=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("epoch_hook", 7.0)
+
+
+def test_step_values_reach_trackers_every_n_steps_and_epoch_values_at_epoch_end() -> None:
+    tracker = MemoryTracker()
+    module = StepLogger()
+    trainer = Trainer(**{**QUIET, "log_with": [tracker]}, max_epochs=1, log_every_n_steps=2)
+    trainer.fit(module, data(n=20, batch_size=4))  # 5 batches = 5 steps
+    assert tracker.logged("train/loss") == [(2, pytest.approx(module.losses[1])),
+                                            (4, pytest.approx(module.losses[3]))]
+    assert tracker.logged("both_step") == [(2, 1.0), (4, 3.0)]
+    assert tracker.logged("both_epoch") == [(5, pytest.approx(2.0))]
+    assert tracker.logged("epoch_hook") == [(5, 7.0)]  # on_train_epoch_end logs per epoch by default
+    assert all(values["epoch"] == 0 for _, values in tracker.rows)
+    assert tracker.config == {"lr": 0.05, "features": 3}  # save_hyperparameters() is the run configuration
+    metrics = trainer.callback_metrics
+    assert float(metrics["both"]) == pytest.approx(2.0) and float(metrics["both_step"]) == 4.0
+    assert set(trainer.progress_bar_metrics) == {"both_step", "both_epoch"}
+    assert isinstance(trainer.progress_bar_metrics["both_epoch"], float)
+    assert isinstance(trainer.logged_metrics["both_epoch"], torch.Tensor)
+
+
+def test_logging_keeps_tensors_until_the_interval_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    real_item, real_tolist = torch.Tensor.item, torch.Tensor.tolist
+
+    def item(self: torch.Tensor) -> Any:
+        events.append("item")
+        return real_item(self)
+
+    def tolist(self: torch.Tensor) -> Any:
+        events.append("tolist")
+        return real_tolist(self)
+
+    class Marker(Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            events.append("batch")
+
+    monkeypatch.setattr(torch.Tensor, "item", item)
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    fit(Regressor(), data(n=32, batch_size=4), log_with=[MemoryTracker()], max_epochs=1, log_every_n_steps=4,
+        callbacks=[Marker()])
+    first, last = events.index("batch"), len(events) - 1 - events[::-1].index("batch")
+    # 8 steps logged every 4: one host conversion (stack + tolist) after step 4, nothing per step.
+    assert events[first:last + 1] == ["batch"] * 4 + ["tolist"] + ["batch"] * 4
+
+
+def test_sanity_check_metrics_are_dropped() -> None:
+    tracker = MemoryTracker()
+    trainer = fit(Regressor(), data(n=8), data(n=8), log_with=[tracker], max_epochs=1, num_sanity_val_steps=2,
+                  check_val_every_n_epoch=2)
+    assert "val/loss" not in trainer.callback_metrics
+    assert tracker.logged("val/loss") == []
+
+
+def test_several_validation_loaders_get_suffixed_names() -> None:
+    trainer = Trainer(**QUIET)
+    results = trainer.validate(LogsBatchIndex(), [data(n=8, batch_size=4), data(n=4, batch_size=4)],
+                               verbose=False)
+    assert results[0]["mean/dataloader_idx_0"] == pytest.approx(0.5)
+    assert results[1]["mean/dataloader_idx_1"] == pytest.approx(0.0)
+    assert "mean/dataloader_idx_1" not in results[0]
+
+
+class Misuse(Regressor):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def on_fit_start(self) -> None:
+        if self.how == "fit_start":
+            self.log("x", 1.0)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if self.how == "vector":
+            self.log("v", torch.ones(3))
+        elif self.how == "string":
+            self.log("s", "high")
+        elif self.how == "options":
+            self.log("train/loss", loss, prog_bar=True)
+        elif self.how == "reduce":
+            self.log("r", loss, reduce_fx="median")
+        elif self.how == "nothing":
+            self.log("n", loss, on_step=False, on_epoch=False)
+        return loss
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        self.log("p", 1.0)
+
+
+@pytest.mark.parametrize("how, error, message", [
+    ("fit_start", RuntimeError, r"self.log\('x', ...\) is not supported in this hook"),
+    ("vector", ValueError, r"needs a scalar; got a tensor of shape \(3,\)"),
+    ("string", TypeError, r"takes a number or a one-element tensor; got str \('high'\)"),
+    ("options", ValueError, "'train/loss' was already logged in this stage with"),
+    ("reduce", ValueError, r"reduce_fx='median'\): use one of"),
+    ("nothing", ValueError, "would record nothing"),
+])
+def test_bad_log_calls(how: str, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        fit(Misuse(how), max_epochs=1)
+
+
+def test_logging_in_predict_or_without_a_trainer_raises() -> None:
+    with pytest.raises(RuntimeError, match="not supported in predict"):
+        Trainer(**QUIET).predict(Misuse("none"), data(n=4))
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        TrainModule().log("x", 1.0)

@@ -1,0 +1,212 @@
+"""fast_dev_run, limit_*, val_check_interval, stop conditions, overfit_batches, accumulation edge cases."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from callbacks import Callback
+from tests.trainer.helpers import QUIET, MemoryTracker, Recorder, Regressor, data, fit, indexed
+from trainer import Trainer
+
+
+class ValidationSteps(Callback):
+    """The global step at each (non-sanity) validation run, and the batches each run saw."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.batches: list[int] = []
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        if not trainer.sanity_checking:
+            self.steps.append(trainer.global_step)
+            self.batches.append(0)
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+        if not trainer.sanity_checking:
+            self.batches[-1] += 1
+
+
+def _count(recorder: Any, hook: str) -> int:
+    return recorder.events.count(hook)
+
+
+@pytest.mark.parametrize("fast_dev_run, batches", [(True, 1), (2, 2)])
+def test_fast_dev_run_runs_n_batches_of_each_stage_without_trackers(fast_dev_run: bool | int, batches: int) -> None:
+    recorder, tracker = Recorder(), MemoryTracker()
+    trainer = Trainer(**{**QUIET, "num_sanity_val_steps": 2, "log_with": [tracker]}, fast_dev_run=fast_dev_run,
+                      callbacks=[recorder], log_every_n_steps=1)
+    module = Regressor()
+    trainer.fit(module, data(n=40), data(n=40))
+    assert trainer.global_step == batches and trainer.current_epoch == 1
+    assert _count(recorder, "on_validation_batch_end") == batches  # and no sanity check
+    assert "on_sanity_check_start" not in recorder.events
+    trainer.test(module, data(n=40), verbose=False)
+    assert len(trainer.predict(module, data(n=40))) == batches
+    assert _count(recorder, "on_test_batch_end") == batches
+    assert tracker.rows == []
+
+
+def test_limit_batches_int_float_and_zero() -> None:
+    validation = ValidationSteps()
+    trainer = fit(Regressor(), data(n=32), data(n=32), max_epochs=2, limit_train_batches=0.5, limit_val_batches=3,
+                  callbacks=[validation])
+    assert trainer.global_step == 8 and validation.batches == [3, 3]
+    validation = ValidationSteps()
+    fit(Regressor(), data(n=32), data(n=32), max_epochs=1, limit_val_batches=0, callbacks=[validation])
+    assert validation.steps == []
+    recorder = Recorder()
+    trainer = fit(Regressor(), data(n=32), data(n=32), max_epochs=2, limit_train_batches=0, callbacks=[recorder],
+                  num_sanity_val_steps=1)
+    assert trainer.global_step == 0 and "on_train_epoch_start" not in recorder.events
+    assert "on_sanity_check_start" in recorder.events
+    trainer = Trainer(**QUIET, limit_test_batches=1, limit_predict_batches=0.5)
+    recorder = Recorder()
+    trainer.callbacks.append(recorder)
+    trainer.test(Regressor(), data(n=32), verbose=False)
+    assert _count(recorder, "on_test_batch_end") == 1
+    assert len(trainer.predict(Regressor(), data(n=32))) == 4
+
+
+@pytest.mark.parametrize("kwargs, steps", [
+    ({"val_check_interval": 2}, [2, 4, 6, 8, 10, 12]),
+    ({"val_check_interval": 0.5}, [3, 6, 9, 12]),
+    ({"val_check_interval": 1.0}, [6, 12]),
+    ({"check_val_every_n_epoch": 2}, [12]),
+    ({"check_val_every_n_epoch": None, "val_check_interval": 4}, [4, 8, 12]),
+])
+def test_validation_timing(kwargs: dict[str, Any], steps: list[int]) -> None:
+    validation = ValidationSteps()
+    fit(Regressor(), data(n=24), data(n=8), max_epochs=2, callbacks=[validation], **kwargs)  # 6 batches / epoch
+    assert validation.steps == steps
+
+
+def test_validation_once_per_epoch_for_a_loader_without_length() -> None:
+    class Stream(IterableDataset):
+        def __iter__(self) -> Any:
+            generator = torch.Generator().manual_seed(0)
+            for _ in range(10):
+                x = torch.randn(3, generator=generator)
+                yield x, x.sum(0, keepdim=True)
+
+    validation = ValidationSteps()
+    trainer = fit(Regressor(), DataLoader(Stream(), batch_size=4), data(n=8), max_epochs=2, callbacks=[validation])
+    assert trainer.num_training_batches is None
+    assert validation.steps == [3, 6]
+
+
+def test_max_steps_stops_mid_epoch_and_ends_the_epoch() -> None:
+    recorder = Recorder()
+    trainer = fit(Regressor(), data(n=16), max_steps=5, max_epochs=10, callbacks=[recorder])
+    assert trainer.global_step == 5
+    assert _count(recorder, "on_train_epoch_end") == 2 and trainer.current_epoch == 2
+
+
+class StopAfter(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+def test_should_stop_and_min_epochs() -> None:
+    trainer = fit(Regressor(), data(n=12), max_epochs=5, callbacks=[StopAfter(2)])  # 3 batches / epoch
+    assert trainer.global_step == 2 and trainer.should_stop
+    with pytest.warns(UserWarning, match="before min_epochs=2"):
+        trainer = fit(Regressor(), data(n=12), max_epochs=5, min_epochs=2, callbacks=[StopAfter(2)])
+    assert trainer.global_step == 7  # the first step boundary of epoch 2
+
+
+def test_max_time_stops_at_the_next_step() -> None:
+    class Slow(Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            time.sleep(0.25)
+
+    trainer = fit(Regressor(), data(n=16), max_epochs=5, max_time=0.2, callbacks=[Slow()])
+    assert trainer.global_step == 1 and trainer.state.time_elapsed >= 0.2
+
+
+class SeenIndices(Regressor):
+    def __init__(self) -> None:
+        super().__init__(features=1)
+        self.train_seen: list[list[int]] = []
+        self.val_seen: list[int] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        index, x = batch
+        self.train_seen.append(index.tolist())
+        return torch.nn.functional.mse_loss(self(x), x)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.val_seen += batch[0].tolist()
+
+
+def test_overfit_batches_repeats_the_same_unshuffled_batches() -> None:
+    module = SeenIndices()
+    shuffled = DataLoader(indexed(20, 4).dataset, batch_size=4, shuffle=True)
+    with pytest.warns(UserWarning, match="turning off shuffling"):
+        fit(module, shuffled, indexed(20, 4), max_epochs=2, overfit_batches=2)
+    assert module.train_seen == [[0, 1, 2, 3], [4, 5, 6, 7]] * 2
+    assert module.val_seen == list(range(8)) * 2
+
+
+def test_the_last_batch_of_a_limited_epoch_steps_with_accumulation() -> None:
+    trainer = fit(Regressor(), data(n=32), max_epochs=2, accumulate_grad_batches=3, limit_train_batches=4)
+    assert trainer.global_step == 4  # per epoch: after batch 3, then the short window of batch 4
+
+
+def test_none_skips_the_batch_and_minus_one_ends_the_epoch() -> None:
+    class Skipping(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return None if batch_idx == 1 else super().training_step(batch, batch_idx)
+
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+            return -1 if batch_idx == 3 else None
+
+    trainer = fit(Skipping(), data(n=24), max_epochs=2)  # 6 batches: 0 and 2 step; 1 skips; 3 ends the epoch
+    assert trainer.global_step == 4 and trainer.current_epoch == 2
+
+
+def test_weights_match_a_plain_pytorch_loop() -> None:
+    """Accumulation 2 over 5 batches (the last window is short), norm clipping: the same math as by hand."""
+    module = Regressor(lr=0.1)
+    reference = copy.deepcopy(module)
+    loader = data(n=20, batch_size=4, seed=3)
+    fit(module, loader, max_epochs=2, accumulate_grad_batches=2, gradient_clip_val=0.5)
+
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        for i, (x, y) in enumerate(loader):
+            (torch.nn.functional.mse_loss(reference(x), y) / 2).backward()
+            if (i + 1) % 2 == 0 or i == len(loader) - 1:
+                torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+                optimizer.step()
+                optimizer.zero_grad()
+    for got, expected in zip(module.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("precision, engine_value, dtype", [
+    ("bf16-mixed", "bf16", torch.bfloat16), ("16-mixed", "fp16", torch.float16), ("32", "no", torch.float32)])
+def test_precision_strings_reach_the_engine_and_steps_run_under_autocast(precision: str, engine_value: str,
+                                                                        dtype: torch.dtype) -> None:
+    class Dtypes(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[torch.dtype] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.seen.append(self(batch[0]).dtype)
+            return super().training_step(batch, batch_idx)
+
+    module = Dtypes()
+    trainer = fit(module, data(n=8), max_epochs=1, precision=precision, gradient_clip_val=1.0)
+    assert trainer.accelerator.mixed_precision == engine_value and trainer.global_step == 2
+    assert module.seen == [dtype, dtype]

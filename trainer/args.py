@@ -1,0 +1,134 @@
+"""Validation of the Trainer's keyword arguments, so a bad value fails at construction, naming the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+DEFAULT_MAX_EPOCHS = 1000
+
+# Lightning precision strings -> the engine's mixed_precision values.
+_PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16": "fp16", "fp16": "fp16",
+              "bf16-mixed": "bf16", "bf16": "bf16"}
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_count(name: str, value: Any, minimum: int = 0, allow_none: bool = True) -> int | None:
+    """``value`` if it is an int >= ``minimum`` (or ``None`` when allowed); otherwise a clear error."""
+    if value is None and allow_none:
+        return None
+    if not is_int(value) or value < minimum:
+        raise ValueError(f"Trainer({name}=...) must be an int >= {minimum}{' or None' if allow_none else ''}. "
+                         f"Received: {value!r}.")
+    return int(value)
+
+
+def check_limit(name: str, value: Any) -> int | float:
+    """A ``limit_*_batches`` / ``overfit_batches`` value: an int >= 0 (batches) or a float in [0, 1] (fraction)."""
+    if is_int(value) and value >= 0:
+        return int(value)
+    if isinstance(value, float) and 0.0 <= value <= 1.0:
+        return value
+    raise ValueError(f"Trainer({name}=...) must be an int >= 0 (a number of batches) or a float in [0.0, 1.0] (a "
+                     f"fraction of the loader). Received: {value!r}.")
+
+
+def check_epochs_and_steps(max_epochs: Any, max_steps: Any, max_time: float | None) -> tuple[int | None, int | None,
+                                                                                              bool]:
+    """Validated ``(max_epochs, max_steps, defaulted)``; ``defaulted`` is True when ``max_epochs`` fell back to 1000.
+
+    ``-1`` is Lightning's spelling of "no limit" and is accepted as ``None``; any other negative value raises.
+    With neither limit (and no ``max_time``), training stops after ``DEFAULT_MAX_EPOCHS`` epochs, as in Lightning.
+    """
+    for name, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
+        if value is not None and (not is_int(value) or value < -1):
+            raise ValueError(f"Trainer({name}=...) must be an int >= 0, or None (or -1) for no limit. Received: "
+                             f"{value!r}.")
+    explicit_unlimited = max_epochs == -1
+    max_epochs = None if max_epochs == -1 else max_epochs
+    max_steps = None if max_steps == -1 else max_steps
+    if max_epochs is None and max_steps is None and max_time is None and not explicit_unlimited:
+        return DEFAULT_MAX_EPOCHS, None, True
+    return max_epochs, max_steps, False
+
+
+def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
+    """The engine's ``mixed_precision`` from either keyword (Lightning's ``precision`` strings included)."""
+    values = []
+    for name, value in (("mixed_precision", mixed_precision), ("precision", precision)):
+        if value is None:
+            continue
+        key = str(value).lower()
+        if key not in _PRECISION:
+            raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of "
+                             f"{sorted(set(_PRECISION) | {'32'})} (full-precision 16-bit training, '16-true' / "
+                             "'bf16-true', is not supported: use '16-mixed' or 'bf16-mixed').")
+        values.append((name, value, _PRECISION[key]))
+    if len(values) == 2 and values[0][2] != values[1][2]:
+        raise ValueError(f"Trainer(mixed_precision={mixed_precision!r}, precision={precision!r}) disagree: pass only "
+                         "one of them.")
+    return values[0][2] if values else None
+
+
+def parse_max_time(value: Any) -> float | None:
+    """``max_time`` in seconds from a ``"DD:HH:MM:SS"`` string, a ``timedelta``, a dict of timedelta keywords or
+    a number of seconds.
+
+    Example:
+        >>> parse_max_time("00:01:30:00"), parse_max_time({"minutes": 2}), parse_max_time(5)
+        (5400.0, 120.0, 5.0)
+    """
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, Mapping):
+        try:
+            seconds = timedelta(**value).total_seconds()
+        except TypeError as error:
+            raise ValueError(f"Trainer(max_time={value!r}): the dict must hold timedelta keywords (days, hours, "
+                             f"minutes, seconds). {error}") from None
+    elif isinstance(value, str):
+        parts = value.split(":")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"Trainer(max_time={value!r}) must be 'DD:HH:MM:SS', e.g. '00:12:00:00' for 12 hours.")
+        days, hours, minutes, secs = (int(p) for p in parts)
+        seconds = timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"Trainer(max_time=...) takes 'DD:HH:MM:SS', a timedelta, a dict or seconds. Received: "
+                        f"{value!r}.")
+    if seconds <= 0:
+        raise ValueError(f"Trainer(max_time={value!r}) must be a positive duration.")
+    return seconds
+
+
+def check_val_check_interval(value: Any) -> int | float:
+    """An int number of training batches (>= 1) or a float fraction of the epoch in (0, 1]."""
+    if is_int(value) and value >= 1:
+        return int(value)
+    if isinstance(value, float) and 0.0 < value <= 1.0:
+        return value
+    raise ValueError(f"Trainer(val_check_interval=...) must be an int >= 1 (training batches) or a float in "
+                     f"(0.0, 1.0] (a fraction of the epoch). Received: {value!r}.")
+
+
+def check_fast_dev_run(value: Any) -> int:
+    """Batches per stage for ``fast_dev_run`` (``True`` is 1, ``False`` / 0 is off)."""
+    if isinstance(value, bool):
+        return int(value)
+    if is_int(value) and value >= 0:
+        return int(value)
+    raise ValueError(f"Trainer(fast_dev_run=...) must be a bool or an int >= 0 (batches per stage). Received: "
+                     f"{value!r}.")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"Trainer({name}=...) must be one of {choices}. Received: {value!r}.")
+    return str(value)

@@ -1,0 +1,93 @@
+"""Where each run's data loaders come from (arguments, data module, or the module) and how many batches to use."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from trainer.datamodule import DataModule
+from trainer.hooks import overrides
+from trainer.module import TrainModule
+
+KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
+
+
+def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule) -> list[DataLoader]:
+    """The loaders of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``): those passed in, else the data
+    module's ``{kind}_dataloader()``, else the module's; an empty list when none of them provides any.
+
+    Example:
+        >>> import torch
+        >>> loader = DataLoader(torch.arange(4.0), batch_size=2)
+        >>> resolve_loaders("val", [loader, loader], None, TrainModule())  == [loader, loader]
+        True
+    """
+    method = f"{kind}_dataloader"
+    if given is not None and datamodule is not None:
+        raise ValueError(f"Both {KINDS[kind]}= and datamodule= were given: pass the loaders through one of them.")
+    if given is None and datamodule is not None and overrides(datamodule, DataModule, method):
+        given = getattr(datamodule, method)()
+    elif given is None and overrides(module, TrainModule, method):
+        given = getattr(module, method)()
+    if given is None:
+        return []
+    loaders = list(given) if isinstance(given, Sequence) else [given]
+    for loader in loaders:
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or a list of them). Received: "
+                            f"{type(loader).__name__}. Wrap the dataset: DataLoader(dataset, batch_size=...).")
+    if kind == "train" and len(loaders) != 1:
+        raise ValueError(f"fit takes one training DataLoader. Received {len(loaders)}: combine the datasets into "
+                         "one (e.g. torch.utils.data.ConcatDataset).")
+    return loaders
+
+
+def loader_length(loader: Any) -> int | None:
+    """``len(loader)`` in batches, or ``None`` for loaders without a length (iterable datasets)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def limit_batches(length: int | None, limit: float, name: str) -> int | None:
+    """How many batches ``limit`` (``limit_*_batches``: an int count or a float fraction) allows of a loader of
+    ``length`` batches; ``None`` means all of an unknown number.
+
+    Example:
+        >>> limit_batches(10, 0.25, "limit_val_batches"), limit_batches(10, 3, "limit_val_batches")
+        (2, 3)
+    """
+    if isinstance(limit, int):
+        return limit if length is None else min(limit, length)
+    if limit == 1.0:
+        return length
+    if length is None:
+        raise ValueError(f"{name}={limit} is a fraction, but the loader has no length (an iterable dataset): "
+                         f"pass an int number of batches instead.")
+    count = int(length * limit)
+    if count == 0 and limit > 0:
+        raise ValueError(f"{name}={limit} of {length} batches is less than one batch: raise {name} to at least "
+                         f"{1 / length:.4g}, or pass an int.")
+    return count
+
+
+def without_shuffle(loader: DataLoader) -> DataLoader:
+    """The same loader with a sequential sampler (``overfit_batches`` must see the same batches every epoch)."""
+    if not isinstance(loader.sampler, RandomSampler):
+        return loader
+    if loader.batch_size is None:
+        warnings.warn("overfit_batches: the training loader shuffles through a custom batch sampler, which cannot be "
+                      "switched off here; the overfitted batches will change between epochs.", stacklevel=3)
+        return loader
+    warnings.warn("overfit_batches: turning off shuffling of the training loader so every epoch sees the same "
+                  "batches.", stacklevel=3)
+    extra = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=SequentialSampler(loader.dataset),
+                      num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+                      drop_last=loader.drop_last, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+                      multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+                      persistent_workers=loader.persistent_workers, **extra)

@@ -1,0 +1,76 @@
+"""`DataModule`: Lightning's ``LightningDataModule`` (data preparation, set-up and loaders in one class)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from trainer.hparams import HyperparametersMixin
+
+
+class DataModule(HyperparametersMixin):
+    """Groups the data of a run: ``prepare_data`` once per machine, ``setup(stage)`` on every process, loaders.
+
+    Override the ``*_dataloader`` methods you use; the trainer only calls those that are overridden.
+    ``state_dict`` / ``load_state_dict`` are saved in checkpoints.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> class Numbers(DataModule):
+        ...     def __init__(self, batch_size: int = 4) -> None:
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...     def setup(self, stage: str) -> None:
+        ...         self.data = TensorDataset(torch.arange(10.0).unsqueeze(1))
+        ...     def train_dataloader(self) -> DataLoader:
+        ...         return DataLoader(self.data, batch_size=self.hparams.batch_size)
+        >>> dm = Numbers()
+        >>> dm.setup("fit")
+        >>> len(dm.train_dataloader())
+        3
+    """
+
+    prepare_data_per_node: bool = True
+
+    def __init__(self) -> None:
+        self._trainer_ref: weakref.ReferenceType[Any] | None = None
+
+    @property
+    def trainer(self) -> Any:
+        """The ``Trainer`` using this data module (``None`` before a run); held weakly, like the module's."""
+        ref = self.__dict__.get("_trainer_ref")
+        return None if ref is None else ref()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_trainer_ref"] = None  # a weakref cannot be pickled
+        return state
+
+    def prepare_data(self) -> None:
+        """Download or write data to disk; runs on one process per machine, before ``setup``."""
+
+    def setup(self, stage: str) -> None:
+        """Build datasets; runs on every process with ``stage`` in ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what ``setup`` built."""
+
+    def train_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define train_dataloader().")
+
+    def val_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define val_dataloader().")
+
+    def test_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define test_dataloader().")
+
+    def predict_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define predict_dataloader().")
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save in checkpoints (JSON-able values and tensors); empty by default."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""

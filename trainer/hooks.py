@@ -1,0 +1,74 @@
+"""`HookTable`: which callbacks and module methods override each hook, resolved once per run.
+
+Resolving overrides up front means a hook nobody overrides costs one dict lookup and an empty loop per call,
+instead of a Python call into every callback.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from callbacks.base import HOOK_NAMES, Callback
+
+# Hooks where the module runs before the callbacks, so callbacks see the metrics the module logs there.
+EPOCH_END_HOOKS = frozenset({"on_train_epoch_end", "on_validation_epoch_end", "on_test_epoch_end",
+                             "on_predict_epoch_end"})
+
+
+class HookTable:
+    """Calls one hook on the callbacks that override it, then on the module if it overrides it.
+
+    Args:
+        trainer: passed as the first argument of every callback hook.
+        module: passed as the second argument of every callback hook; its own hooks are called without both.
+        callbacks: in calling order.
+        module_base: the class whose hook methods count as "not overridden" (``TrainModule``).
+
+    Example:
+        >>> class Echo(Callback):
+        ...     def on_fit_start(self, trainer, module):
+        ...         print("fit starts", trainer, module)
+        >>> HookTable("T", object(), [Echo(), Callback()], module_base=object).call("on_fit_start")  # doctest: +ELLIPSIS
+        fit starts T <object object at ...>
+    """
+
+    def __init__(self, trainer: Any, module: Any, callbacks: Sequence[Callback], module_base: type) -> None:
+        self._callbacks: dict[str, tuple[Callable[..., Any], ...]] = {}
+        self._module: dict[str, Callable[..., Any] | None] = {}
+        # Every overrider of each hook in calling order (callbacks, then the module), each taking the hook's own
+        # arguments: the per-step hooks loop over these tuples directly, which costs nothing when one is empty.
+        self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
+        for name in HOOK_NAMES:
+            self._callbacks[name] = tuple(functools.partial(getattr(cb, name), trainer, module)
+                                          for cb in callbacks if overrides(cb, Callback, name))
+            self._module[name] = getattr(module, name) if overrides(module, module_base, name) else None
+            self.overriders[name] = self._callbacks[name] + ((self._module[name],) if self._module[name] else ())
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Callbacks, then the module; returns what the module's hook returned (``None`` if not overridden)."""
+        for hook in self._callbacks[name]:
+            hook(*args)
+        module_hook = self._module[name]
+        return None if module_hook is None else module_hook(*args)
+
+    def call_module(self, name: str, *args: Any) -> Any:
+        module_hook = self._module[name]
+        return None if module_hook is None else module_hook(*args)
+
+    def call_callbacks(self, name: str, *args: Any) -> None:
+        for hook in self._callbacks[name]:
+            hook(*args)
+
+    def has(self, name: str) -> bool:
+        """Whether anything overrides ``name``."""
+        return bool(self._callbacks[name]) or self._module[name] is not None
+
+
+def overrides(obj: Any, base: type, name: str) -> bool:
+    """Whether ``obj``'s class defines ``name`` differently from ``base`` (or ``base`` lacks it)."""
+    own = getattr(type(obj), name, None)
+    if own is None:
+        return False
+    return own is not getattr(base, name, None)

@@ -1,0 +1,369 @@
+"""What ``TrainModule.log`` records: step values, epoch aggregates, and what goes to the trackers when.
+
+Values stay (detached) tensors on their device until a log interval or an epoch ends, so logging costs no host
+sync per step. Epoch aggregates are folded every ``_FOLD_EVERY`` values (one stack per metric), which bounds
+memory on long epochs without a tensor op per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+ReduceFx = str | Callable[[torch.Tensor], torch.Tensor]
+_REDUCE_NAMES = ("mean", "sum", "max", "min")
+_TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+_FOLD_EVERY = 64
+# Lightning's defaults: per step inside training batches, per epoch everywhere else.
+_STEP_STAGES = {"train"}
+_LOGGING_STAGES = ("train", "validate", "test", "sanity_check")
+
+
+@dataclass(eq=False)
+class _Metric:
+    """One logged name within one stage, with its options and its values so far."""
+
+    name: str
+    options: tuple[Any, ...]
+    prog_bar: bool
+    logger: bool
+    on_step: bool
+    on_epoch: bool
+    reduce: str  # "mean" | "sum" | "max" | "min" | "custom"
+    reduce_fn: Callable[[torch.Tensor], torch.Tensor] | None
+    sync_dist: bool
+    step_key: str
+    epoch_key: str
+    step_value: Any = None
+    step_fresh: bool = False
+    values: list[Any] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    total: torch.Tensor | None = None
+    weight: float = 0.0
+    dirty: bool = False  # epoch values were added since the last end_epoch
+
+    def fold(self) -> None:
+        """Fold the buffered values into ``total`` (a custom reduction keeps every value instead)."""
+        if not self.values or self.reduce == "custom":
+            return
+        stacked = _stack(self.values)
+        if self.reduce == "mean":
+            weights = torch.tensor(self.weights, dtype=stacked.dtype, device=stacked.device)
+            part = (stacked * weights).sum()
+            self.weight += sum(self.weights)
+        elif self.reduce == "sum":
+            part = stacked.sum()
+        elif self.reduce == "max":
+            part = stacked.max()
+        else:
+            part = stacked.min()
+        if self.total is None:
+            self.total = part
+        elif self.reduce in ("mean", "sum"):
+            self.total = self.total + part
+        else:
+            self.total = torch.maximum(self.total, part) if self.reduce == "max" else torch.minimum(self.total, part)
+        self.values.clear()
+        self.weights.clear()
+
+    def reset_epoch(self) -> None:
+        self.values.clear()
+        self.weights.clear()
+        self.total, self.weight, self.dirty = None, 0.0, False
+
+
+class MetricLogger:
+    """The trainer's record of ``self.log`` calls (Lightning's ``ResultCollection`` plus logger connector).
+
+    The trainer sets ``stage`` / ``in_epoch_hook`` / ``batch`` as it runs; the module's ``log`` calls ``log``.
+    ``reduce`` is the engine's all-reduce (``accelerator.reduce``) and ``gather`` its all-gather.
+
+    Example:
+        >>> metrics = MetricLogger(num_processes=1, reduce=None, gather=None)
+        >>> metrics.set_stage("validate")
+        >>> metrics.new_batch(torch.zeros(4, 2))
+        4
+        >>> metrics.log("acc", torch.tensor(1.0))
+        >>> metrics.new_batch(torch.zeros(2, 2))
+        2
+        >>> metrics.log("acc", torch.tensor(0.25))
+        >>> round(float(metrics.end_epoch()["acc"]), 4)  # (4 * 1.0 + 2 * 0.25) / 6
+        0.75
+    """
+
+    def __init__(self, num_processes: int, reduce: Callable[[torch.Tensor, str], torch.Tensor] | None,
+                 gather: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        self.num_processes = num_processes
+        self._reduce = reduce
+        self._gather = gather
+        self.stage = "idle"
+        self.in_epoch_hook = False
+        self.dataloader_suffix = ""
+        self.batch: Any = None
+        self._batch_size: int | None = None
+        self._default_on_step = False
+        self._default_on_epoch = True
+        self._stages: dict[str, dict[str, _Metric]] = {}
+        self._records: dict[str, _Metric] = {}
+        self.callback_metrics: dict[str, Any] = {}
+        self.progress_bar_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, Any] = {}
+
+    # -- what the trainer tells it ----------------------------------------------------------------------------
+    def set_stage(self, stage: str, fresh: bool = True) -> None:
+        """Switch to ``stage``; ``fresh`` starts its records anew (each validation run), else keeps them."""
+        self.stage = stage
+        if fresh or stage not in self._stages:
+            self._stages[stage] = {}
+        self._records = self._stages[stage]
+        self._update_defaults()
+
+    def set_epoch_hook(self, in_epoch_hook: bool) -> None:
+        """Inside an epoch-level training hook, ``self.log`` defaults to per-epoch values."""
+        self.in_epoch_hook = in_epoch_hook
+        self._update_defaults()
+
+    def new_batch(self, batch: Any) -> int:
+        """The batch the next ``log`` calls belong to; returns its size (see ``batch_size``)."""
+        self.batch = batch
+        # batch_size's fast path, inlined: this runs once per training batch.
+        first = batch[0] if isinstance(batch, (tuple, list)) and batch else None
+        size = first.shape[0] if isinstance(first, torch.Tensor) and first.ndim else batch_size(batch)
+        self._batch_size = size
+        return size
+
+    def _update_defaults(self) -> None:
+        per_step = self.stage in _STEP_STAGES and not self.in_epoch_hook
+        self._default_on_step, self._default_on_epoch = per_step, not per_step
+
+    # -- the module's log -------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool = False,
+            batch_size: int | None = None, enable_graph: bool = False, add_dataloader_idx: bool = True) -> None:
+        """Record ``value`` under ``name``; see ``TrainModule.log`` for the meaning of each option."""
+        if on_step is None:
+            on_step = self._default_on_step
+        if on_epoch is None:
+            on_epoch = self._default_on_epoch
+        key = name + self.dataloader_suffix if add_dataloader_idx else name
+        # A lambda written inline is a new object at every call; its code object identifies it.
+        reduce_key = reduce_fx if type(reduce_fx) is str else getattr(reduce_fx, "__code__", reduce_fx)
+        options = (prog_bar, logger, on_step, on_epoch, reduce_key, sync_dist)
+        record = self._records.get(key)
+        if record is None or record.options != options:
+            record = self._register(key, options, reduce_fx)
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"self.log({name!r}, value) needs a scalar; got a tensor of shape "
+                                 f"{tuple(value.shape)}. Reduce it (e.g. .mean()) or log its parts under separate "
+                                 "names.")
+            if not enable_graph:
+                value = value.detach()
+            if value.ndim:
+                value = value.reshape(())
+        elif not isinstance(value, (int, float)):
+            raise TypeError(f"self.log({name!r}, value) takes a number or a one-element tensor; got "
+                            f"{type(value).__name__} ({value!r:.80}). Log several values with self.log_dict.")
+        if on_step:
+            if sync_dist and self.num_processes > 1:
+                value = self._sync_step_value(record, value)
+            record.step_value = value
+            record.step_fresh = True
+            self.callback_metrics[record.step_key] = value
+            if on_epoch:
+                self.callback_metrics[record.name] = value
+            if prog_bar:
+                self.progress_bar_metrics[record.step_key] = value
+        if on_epoch:
+            record.dirty = True
+            record.values.append(value)
+            if record.reduce == "mean":
+                record.weights.append(batch_size if batch_size is not None else self._current_batch_size())
+            if len(record.values) >= _FOLD_EVERY:
+                record.fold()
+
+    def _register(self, key: str, options: tuple[Any, ...], reduce_fx: ReduceFx) -> _Metric:
+        prog_bar, logger, on_step, on_epoch, _, sync_dist = options
+        if self.stage not in _LOGGING_STAGES:
+            where = "predict" if self.stage == "predict" else "this hook (outside training and evaluation batches)"
+            raise RuntimeError(f"self.log({key!r}, ...) is not supported in {where}: log from training_step, "
+                               "validation_step, test_step or the on_train_* / on_validation_* / on_test_* hooks.")
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"self.log needs a non-empty str name. Received: {key!r}.")
+        if not (on_step or on_epoch):
+            raise ValueError(f"self.log({key!r}, on_step=False, on_epoch=False) would record nothing: set on_step "
+                             "or on_epoch to True (or leave them None for the defaults).")
+        reduce, reduce_fn = _parse_reduce(key, reduce_fx)
+        existing = self._records.get(key)
+        if existing is not None:
+            raise ValueError(f"{key!r} was already logged in this stage with (prog_bar, logger, on_step, on_epoch, "
+                             f"reduce_fx, sync_dist)={existing.options}, now with {options}. Log it with the same "
+                             "options everywhere, or use a different name.")
+        both = on_step and on_epoch
+        record = _Metric(name=key, options=options, prog_bar=prog_bar, logger=logger, on_step=on_step,
+                         on_epoch=on_epoch, reduce=reduce, reduce_fn=reduce_fn, sync_dist=sync_dist,
+                         step_key=f"{key}_step" if both else key, epoch_key=f"{key}_epoch" if both else key)
+        self._records[key] = record
+        return record
+
+    def _current_batch_size(self) -> int:
+        if self._batch_size is None:  # no batch announced (a hook outside the batch loop)
+            self._batch_size = batch_size(self.batch)
+        return self._batch_size
+
+    def _sync_step_value(self, record: _Metric, value: Any) -> torch.Tensor:
+        assert self._reduce is not None and self._gather is not None
+        tensor = torch.as_tensor(value, dtype=torch.float32) if not isinstance(value, torch.Tensor) else value
+        if not tensor.is_floating_point():
+            tensor = tensor.float()
+        if record.reduce == "custom":
+            assert record.reduce_fn is not None
+            return record.reduce_fn(self._gather(tensor.reshape(1)))
+        return self._reduce(tensor, record.reduce)
+
+    # -- when an epoch (or an evaluation run) ends ------------------------------------------------------------
+    def end_epoch(self) -> dict[str, Any]:
+        """Compute the epoch values of the current stage logged since the last call (collectives for
+        ``sync_dist`` ones, in log order; every process must have logged the same names).
+
+        Returns the values keyed as they are logged; ``callback_metrics`` and ``progress_bar_metrics`` are updated.
+        """
+        results: dict[str, Any] = {}
+        for record in self._records.values():
+            if not record.dirty:
+                continue
+            record.dirty = False
+            value = self._compute(record)
+            results[record.epoch_key] = value
+            self.callback_metrics[record.epoch_key] = value
+            if record.on_step:
+                self.callback_metrics[record.name] = value
+            if record.prog_bar:
+                self.progress_bar_metrics[record.epoch_key] = value
+        return results
+
+    def reset_epoch(self) -> None:
+        """Forget the current stage's epoch aggregates (a new training epoch starts)."""
+        for record in self._records.values():
+            record.reset_epoch()
+
+    def _compute(self, record: _Metric) -> torch.Tensor:
+        if record.reduce == "custom":
+            assert record.reduce_fn is not None
+            values = _stack(record.values).float()
+            if record.sync_dist and self.num_processes > 1:
+                assert self._gather is not None
+                values = self._gather(values)
+            return record.reduce_fn(values)
+        record.fold()
+        assert record.total is not None
+        total = record.total
+        if record.reduce == "mean":
+            weight = torch.tensor(record.weight, dtype=total.dtype, device=total.device)
+            if record.sync_dist and self.num_processes > 1:
+                assert self._reduce is not None
+                # The global batch-size-weighted mean: sum of value*size over every rank / sum of sizes.
+                both = self._reduce(torch.stack([total, weight]), "sum")
+                total, weight = both[0], both[1]
+            return total / weight
+        if record.sync_dist and self.num_processes > 1:
+            assert self._reduce is not None
+            return self._reduce(total, record.reduce)
+        return total
+
+    # -- what goes to the trackers ----------------------------------------------------------------------------
+    def step_values(self) -> dict[str, Any]:
+        """The on-step values logged since the last call, for the trackers (marks them as sent)."""
+        values: dict[str, Any] = {}
+        for record in self._records.values():
+            if record.step_fresh:
+                record.step_fresh = False
+                if record.logger:
+                    values[record.step_key] = record.step_value
+        self.logged_metrics.update(values)
+        return values
+
+    def epoch_values(self, results: dict[str, Any]) -> dict[str, Any]:
+        """The subset of ``end_epoch``'s results that goes to the trackers."""
+        values = {record.epoch_key: results[record.epoch_key] for record in self._records.values()
+                  if record.logger and record.epoch_key in results}
+        self.logged_metrics.update(values)
+        return values
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Copies of the public dicts (the sanity check restores them, so its values never reach callbacks)."""
+        return dict(self.callback_metrics), dict(self.progress_bar_metrics), dict(self.logged_metrics)
+
+    def restore(self, saved: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+        self.callback_metrics, self.progress_bar_metrics, self.logged_metrics = (dict(d) for d in saved)
+
+
+def batch_size(batch: Any) -> int:
+    """Samples in ``batch``: dim 0 of its first tensor, or 1 when it holds none (Lightning's fallback).
+
+    Example:
+        >>> batch_size((torch.zeros(8, 3), torch.zeros(8))), batch_size({"text": ["a", "b"]})
+        (8, 1)
+    """
+    # The usual shapes first: this runs once per training batch.
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, (tuple, list)) and batch:
+        first = batch[0]
+        if isinstance(first, torch.Tensor) and first.ndim:
+            return int(first.shape[0])
+    size = _first_dim(batch)
+    return 1 if size is None else size
+
+
+def _first_dim(data: Any) -> int | None:
+    """Dim 0 of the first non-scalar tensor in a nested batch (lists, tuples, dicts), or None."""
+    if isinstance(data, torch.Tensor):
+        return int(data.shape[0]) if data.ndim else None
+    items = data.values() if isinstance(data, Mapping) else data if isinstance(data, (tuple, list)) else ()
+    for item in items:
+        size = _first_dim(item)
+        if size is not None:
+            return size
+    return None
+
+
+def to_python(values: dict[str, Any]) -> dict[str, Any]:
+    """Turn tensor values into Python numbers with one device sync per device (one stack and one ``tolist``)."""
+    out = dict(values)
+    groups: dict[torch.device, list[str]] = {}
+    for key, value in values.items():
+        if isinstance(value, torch.Tensor):
+            groups.setdefault(value.device, []).append(key)
+    for keys in groups.values():
+        tensors = [values[k] for k in keys]
+        numbers = torch.stack([t.reshape(()).to(torch.float64) for t in tensors]).tolist()
+        for key, tensor, number in zip(keys, tensors, numbers):
+            out[key] = number if tensor.is_floating_point() else (bool(number) if tensor.dtype == torch.bool
+                                                                  else int(number))
+    return out
+
+
+def _parse_reduce(key: str, reduce_fx: ReduceFx) -> tuple[str, Callable[[torch.Tensor], torch.Tensor] | None]:
+    if isinstance(reduce_fx, str):
+        if reduce_fx not in _REDUCE_NAMES:
+            raise ValueError(f"self.log({key!r}, reduce_fx={reduce_fx!r}): use one of {_REDUCE_NAMES} or a callable "
+                             "that reduces a 1-D tensor of the epoch's values to a scalar.")
+        return reduce_fx, None
+    if reduce_fx in _TORCH_REDUCE:
+        return _TORCH_REDUCE[reduce_fx], None
+    if callable(reduce_fx):
+        return "custom", reduce_fx
+    raise TypeError(f"self.log({key!r}, reduce_fx=...) must be one of {_REDUCE_NAMES} or a callable. Received: "
+                    f"{reduce_fx!r}.")
+
+
+def _stack(values: list[Any]) -> torch.Tensor:
+    device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    tensors = [v if isinstance(v, torch.Tensor) else torch.tensor(v, device=device) for v in values]
+    stacked = torch.stack(tensors)
+    # Aggregate in at least float32: bf16 / fp16 sums over an epoch would lose most of their digits.
+    return stacked if stacked.dtype in (torch.float32, torch.float64) else stacked.float()

@@ -1,0 +1,327 @@
+"""`TrainModule`: a ``torch.nn.Module`` with Lightning's steps, hooks and ``self.log``."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.hparams import HyperparametersMixin
+from trainer.metrics import ReduceFx
+
+if TYPE_CHECKING:
+    from engine import Accelerator
+    from trainer.trainer import Trainer
+
+
+class TrainModule(HyperparametersMixin, torch.nn.Module):
+    """A model plus how to train it: steps, ``configure_optimizers``, hooks and ``self.log``.
+
+    A ``LightningModule`` that uses the common subset runs after swapping its base class for this one. The
+    trainer is referenced weakly and kept out of ``state_dict``, pickling and ``deepcopy``.
+
+    Example:
+        >>> class Regressor(TrainModule):
+        ...     def __init__(self, lr: float = 0.1) -> None:
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = torch.nn.Linear(3, 1)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         loss = torch.nn.functional.mse_loss(self.net(x), y)
+        ...         self.log("train/loss", loss)
+        ...         return loss
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        >>> Regressor().hparams
+        {'lr': 0.1}
+    """
+
+    automatic_optimization: bool = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trainer_ref: weakref.ReferenceType[Trainer] | None = None
+
+    # -- the trainer it runs in -------------------------------------------------------------------------------
+    @property
+    def trainer(self) -> Trainer:
+        """The ``Trainer`` running this module (raises when it is not attached to one)."""
+        trainer = self._attached_trainer()
+        if trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer: `self.trainer` is available "
+                               "inside trainer.fit / validate / test / predict (and after them, while the trainer "
+                               "exists).")
+        return trainer
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
+        return self.trainer.accelerator
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the module's first parameter or buffer (the trainer's device when it has none)."""
+        for tensor in self.parameters():
+            return tensor.device
+        for tensor in self.buffers():
+            return tensor.device
+        trainer = self._attached_trainer()
+        return trainer.accelerator.device if trainer is not None else torch.device("cpu")
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.state.global_step if trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The training epoch in progress (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.state.epoch if trainer is not None else 0
+
+    def _attached_trainer(self) -> Trainer | None:
+        ref = self.__dict__.get("_trainer_ref")
+        return None if ref is None else ref()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A weakref cannot be pickled or deep-copied, and a copy must not drive the original's trainer anyway.
+        state = dict(self.__dict__)
+        state["_trainer_ref"] = None
+        return state
+
+    # -- logging ----------------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", enable_graph: bool = False,
+            sync_dist: bool = False, add_dataloader_idx: bool = True, batch_size: int | None = None,
+            rank_zero_only: bool = False) -> None:
+        """Record a scalar metric; it reaches ``trainer.callback_metrics``, the trackers and (``prog_bar``) the bar.
+
+        Args:
+            name: the metric name (``"train/loss"``).
+            value: a number or a one-element tensor (kept as a detached tensor: no device sync here).
+            prog_bar: show it in the progress bar.
+            logger: send it to the trackers.
+            on_step: keep the per-step value (default: True in training batches, False elsewhere).
+            on_epoch: aggregate it over the epoch (default: the opposite of ``on_step``'s default). With both,
+                the names logged are ``{name}_step`` and ``{name}_epoch``.
+            reduce_fx: the epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``,
+                or a callable reducing a 1-D tensor of the epoch's values.
+            enable_graph: keep the autograd graph (not detached).
+            sync_dist: reduce across processes with ``reduce_fx``: a step value when it is logged (one
+                collective per call, as in Lightning), an epoch value once at the epoch end (the mean is the
+                global batch-size-weighted mean). Every process must log the same names in the same order.
+            add_dataloader_idx: with several evaluation loaders, append ``/dataloader_idx_{i}`` to the name.
+            batch_size: the weight of this value in the epoch mean (default: inferred from the batch).
+            rank_zero_only: accepted for Lightning compatibility; only the main process logs to trackers anyway.
+        """
+        del rank_zero_only
+        ref = self.__dict__.get("_trainer_ref")  # inlined _attached_trainer: this runs on every logged value
+        trainer = None if ref is None else ref()
+        if trainer is None:
+            raise RuntimeError(f"self.log({name!r}, ...) was called on a module that is not attached to a Trainer: "
+                               "call it from inside training_step / validation_step / a hook during trainer.fit.")
+        trainer._metrics.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
+                             enable_graph, add_dataloader_idx)
+
+    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool = True,
+                 on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean",
+                 enable_graph: bool = False, sync_dist: bool = False, add_dataloader_idx: bool = True,
+                 batch_size: int | None = None, rank_zero_only: bool = False) -> None:
+        """``self.log`` for every item of ``dictionary``, with the same options."""
+        if not isinstance(dictionary, Mapping):
+            raise TypeError(f"log_dict takes a dict of name -> value. Received: {type(dictionary).__name__}.")
+        for name, value in dictionary.items():
+            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                     add_dataloader_idx, batch_size, rank_zero_only)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        trainer = self._attached_trainer()
+        if trainer is None or trainer.accelerator.is_main_process:
+            print(*args, **kwargs)
+
+    # -- optimisation -----------------------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        """Return the optimizers and schedulers (any of Lightning's forms, see ``trainer.optim.parse_optimizers``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define configure_optimizers: add e.g. "
+                                  "`def configure_optimizers(self): return torch.optim.AdamW(self.parameters())`.")
+
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The prepared optimizer (or a list of them); ``step()`` counts as a global step under manual optimisation.
+
+        Each is a ``torch.optim.Optimizer`` whose ``step`` / ``zero_grad`` respect gradient accumulation.
+        """
+        del use_pl_optimizer
+        optimizers = self.trainer._module_optimizers
+        return optimizers[0] if len(optimizers) == 1 else list(optimizers)
+
+    def lr_schedulers(self) -> Any:
+        """The schedulers from ``configure_optimizers`` (one, a list, or ``None``), for manual optimisation."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward through the engine (scaling, accumulation), firing ``on_before_backward`` / ``on_after_backward``."""
+        if self.automatic_optimization:
+            raise RuntimeError("manual_backward is for manual optimisation: set `self.automatic_optimization = "
+                               "False` in __init__, or return the loss from training_step and let the trainer "
+                               "run backward.")
+        self.trainer._backward(loss, *args, **kwargs)
+
+    def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Freeze every parameter that ``optimizer`` does not own (until ``untoggle_optimizer``), e.g. for GANs."""
+        owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved = {}
+        for param in self.parameters():
+            saved[param] = param.requires_grad
+            if id(param) not in owned:
+                param.requires_grad = False
+        self.__dict__["_toggled_requires_grad"] = saved
+
+    def untoggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Restore the ``requires_grad`` flags that ``toggle_optimizer`` changed."""
+        del optimizer
+        for param, requires_grad in self.__dict__.pop("_toggled_requires_grad", {}).items():
+            param.requires_grad = requires_grad
+
+    def clip_gradients(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clip the gradients of ``optimizer``'s parameters through the engine (``"norm"`` default, or ``"value"``)."""
+        if gradient_clip_val is None or gradient_clip_val == 0:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if (gradient_clip_algorithm or "norm") == "value":
+            self.accelerator.clip_grad_value_(params, gradient_clip_val)
+        else:
+            self.accelerator.clip_grad_norm_(params, gradient_clip_val)
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Called before each optimizer step with the trainer's clipping settings; override to customise."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer,
+                       optimizer_closure: Any = None) -> None:
+        """Step ``optimizer``; override for e.g. learning-rate warm-up (call ``optimizer.step(closure=...)``)."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Zero ``optimizer``'s gradients after its step."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step ``scheduler`` (with the monitored value for ``ReduceLROnPlateau``)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    # -- steps and data (override what you use) ---------------------------------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Return the loss tensor, a dict with a ``"loss"`` key, or ``None`` to skip the batch."""
+        raise NotImplementedError(f"{type(self).__name__} does not define training_step(self, batch, batch_idx).")
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """One validation batch; log metrics with ``self.log``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define validation_step(self, batch, batch_idx).")
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """One test batch; log metrics with ``self.log``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define test_step(self, batch, batch_idx).")
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """One prediction batch (default: ``self(batch)``)."""
+        return self(batch)
+
+    def configure_model(self) -> None:
+        """Build layers late (called once at the start of each run, before ``configure_optimizers``)."""
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs, added to the trainer's (replacing ones of the same class)."""
+        return []
+
+    def prepare_data(self) -> None:
+        """Download / write data; runs on the local main process only, before ``setup``."""
+
+    def setup(self, stage: str) -> None:
+        """Called at the start of fit / validate / test / predict on every process."""
+
+    def teardown(self, stage: str) -> None:
+        """Called at the end of fit / validate / test / predict."""
+
+    def train_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define train_dataloader(): pass "
+                                  "train_dataloaders= or datamodule= to fit.")
+
+    def val_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define val_dataloader().")
+
+    def test_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define test_dataloader().")
+
+    def predict_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define predict_dataloader().")
+
+    # -- hooks (see callbacks.base for when each fires) -------------------------------------------------------
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_start(self) -> None: ...
+    def on_test_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_start(self) -> None: ...
+    def on_predict_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+
+class StepRouter(torch.nn.Module):
+    """Sends ``training_step`` & co. through ``forward``, so DDP / FSDP2 / autocast wrappers see every step.
+
+    DDP only all-reduces gradients of a backward that follows its own ``forward``, and FSDP2 gathers parameters
+    in the root's forward; calling ``module.training_step`` directly would bypass both. ``state_dict`` and
+    ``load_state_dict`` are the module's own, so checkpoints hold the user's keys without a ``module.`` prefix.
+    """
+
+    def __init__(self, module: TrainModule) -> None:
+        super().__init__()
+        self.module = module
+        # A plain attribute too: nn.Module.__getattr__ (a child's lookup) costs ~0.5 us on every step.
+        object.__setattr__(self, "_target", module)
+
+    def forward(self, step: str, *args: Any) -> Any:
+        return getattr(self._target, step)(*args)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)

@@ -1,0 +1,215 @@
+"""Turn every Lightning return form of ``configure_optimizers`` into optimizers and scheduler configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
+_OPTIMIZER_KEYS = {"optimizer", "lr_scheduler", "monitor"}
+_FORMS = (
+    "an optimizer; a list/tuple of optimizers; two lists `([optimizers], [schedulers])`; a dict "
+    "`{'optimizer': opt, 'lr_scheduler': scheduler_or_dict, 'monitor': name}`; or a list/tuple of such dicts"
+)
+
+
+@dataclass
+class SchedulerConfig:
+    """One learning-rate scheduler and when the trainer steps it (Lightning's ``LRSchedulerConfig``).
+
+    Attributes:
+        scheduler: the user's scheduler object (stepped once per optimizer step or epoch, on every process).
+        interval: ``"step"`` (after optimizer steps) or ``"epoch"`` (at the end of training epochs).
+        frequency: step it every ``frequency`` intervals.
+        monitor: the logged metric passed to ``scheduler.step(value)``; required for ``ReduceLROnPlateau``.
+        strict: with ``monitor``, a metric that was never logged is an error (else a warning and no step).
+        name: the name ``LearningRateMonitor`` logs it under (default: ``lr-<OptimizerClass>``).
+        reduce_on_plateau: whether ``scheduler.step`` takes the monitored value.
+    """
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    strict: bool = True
+    name: str | None = None
+    reduce_on_plateau: bool = False
+
+
+def is_scheduler(obj: Any) -> bool:
+    """Whether ``obj`` is a torch learning-rate scheduler (``LRScheduler`` or ``ReduceLROnPlateau``)."""
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
+
+
+def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+    """Optimizers and scheduler configs from what ``configure_optimizers`` returned.
+
+    Example:
+        >>> model = torch.nn.Linear(2, 1)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        >>> opts, configs = parse_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": sched,
+        ...                                                                      "interval": "step"}})
+        >>> opts == [opt], configs[0].interval
+        (True, 'step')
+
+    Raises:
+        TypeError / ValueError: any other shape, an unknown dict key, a bad interval or frequency, a
+            ``ReduceLROnPlateau`` without ``monitor``, or a scheduler of an optimizer that was not returned.
+    """
+    optimizers: list[torch.optim.Optimizer]
+    configs: list[SchedulerConfig]
+    if _is_optimizer(conf):
+        optimizers, configs = [conf], []
+    elif isinstance(conf, Mapping):
+        optimizers, configs = _from_dict(conf)
+    elif _is_two_lists(conf):
+        optimizers = list(conf[0])
+        configs = [_scheduler_config(s, None) for s in conf[1]]
+    elif isinstance(conf, Sequence) and not isinstance(conf, str) and conf and all(_is_optimizer(o) for o in conf):
+        optimizers, configs = list(conf), []
+    elif isinstance(conf, Sequence) and not isinstance(conf, str) and conf and all(isinstance(d, Mapping)
+                                                                                  for d in conf):
+        optimizers, configs = [], []
+        for item in conf:
+            opts, scheds = _from_dict(item)
+            optimizers += opts
+            configs += scheds
+    else:
+        raise TypeError(f"configure_optimizers returned {_describe(conf)}, which is not a supported form. "
+                        f"Return {_FORMS}.")
+    for optimizer in optimizers:
+        if not _is_optimizer(optimizer):
+            raise TypeError(f"configure_optimizers returned {_describe(optimizer)} where an optimizer was expected: "
+                            "return torch.optim.Optimizer instances.")
+    for config in configs:
+        owner = getattr(config.scheduler, "optimizer", None)
+        if owner is not None and not any(owner is opt for opt in optimizers):
+            raise ValueError(f"The scheduler {type(config.scheduler).__name__} steps an optimizer that "
+                             "configure_optimizers did not return: build it on one of the returned optimizers.")
+    return optimizers, configs
+
+
+def _from_dict(conf: Mapping[str, Any]) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+    unknown = set(conf) - _OPTIMIZER_KEYS
+    if unknown:
+        raise ValueError(f"configure_optimizers returned a dict with unknown keys {sorted(unknown)}. Allowed keys: "
+                         f"{sorted(_OPTIMIZER_KEYS)}.")
+    if "optimizer" not in conf:
+        raise ValueError(f"configure_optimizers returned a dict without 'optimizer' (keys: {sorted(conf)}): add "
+                         "{'optimizer': torch.optim.<Optimizer>(...)}.")
+    scheduler = conf.get("lr_scheduler")
+    configs = [] if scheduler is None else [_scheduler_config(scheduler, conf.get("monitor"))]
+    return [conf["optimizer"]], configs
+
+
+def _scheduler_config(item: Any, monitor: str | None) -> SchedulerConfig:
+    if isinstance(item, Mapping):
+        unknown = set(item) - _SCHEDULER_KEYS
+        if unknown:
+            raise ValueError(f"The lr_scheduler dict has unknown keys {sorted(unknown)}. Allowed keys: "
+                             f"{sorted(_SCHEDULER_KEYS)}.")
+        if "scheduler" not in item:
+            raise ValueError(f"The lr_scheduler dict has no 'scheduler' key (keys: {sorted(item)}): add "
+                             "{'scheduler': torch.optim.lr_scheduler.<Scheduler>(...)}.")
+        fields = dict(item)
+        fields.setdefault("monitor", monitor)
+    else:
+        fields = {"scheduler": item, "monitor": monitor}
+    scheduler = fields["scheduler"]
+    if not is_scheduler(scheduler):
+        raise TypeError(f"Expected a learning-rate scheduler, got {_describe(scheduler)}: pass a "
+                        "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau.")
+    fields.setdefault("reduce_on_plateau", isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
+    config = SchedulerConfig(**fields)
+    if config.interval not in ("step", "epoch"):
+        raise ValueError(f"lr_scheduler 'interval' must be 'step' or 'epoch'. Received: {config.interval!r}.")
+    if not isinstance(config.frequency, int) or isinstance(config.frequency, bool) or config.frequency < 1:
+        raise ValueError(f"lr_scheduler 'frequency' must be a positive int. Received: {config.frequency!r}.")
+    if config.reduce_on_plateau and config.monitor is None:
+        raise ValueError(f"{type(scheduler).__name__} needs a metric to watch, but no 'monitor' was given: return "
+                         "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val/loss'}}.")
+    return config
+
+
+def _is_optimizer(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.Optimizer)
+
+
+def _is_two_lists(conf: Any) -> bool:
+    return (isinstance(conf, (list, tuple)) and len(conf) == 2 and isinstance(conf[0], (list, tuple))
+            and isinstance(conf[1], (list, tuple)) and all(_is_optimizer(o) for o in conf[0]))
+
+
+def _describe(obj: Any) -> str:
+    text = repr(obj)
+    return f"{type(obj).__name__} ({text[:80]}{'...' if len(text) > 80 else ''})"
+
+
+class ManualOptimizer(torch.optim.Optimizer):
+    """What ``self.optimizers()`` returns under manual optimisation: the prepared optimizer, with its ``step``
+    firing ``on_before_optimizer_step`` and counting one global step.
+
+    Like the engine's ``AcceleratedOptimizer`` it is a real ``torch.optim.Optimizer`` (``isinstance`` holds) whose
+    state lives in the wrapped optimizer.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, before_step: Callable[[torch.optim.Optimizer], None],
+                 after_step: Callable[[], None]) -> None:
+        # torch.optim.Optimizer.__init__ is deliberately not called: it would build a second set of param groups.
+        self.optimizer = optimizer
+        self._before_step = before_step
+        self._after_step = after_step
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, state: Any) -> None:
+        self.optimizer.state = state
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, param_groups: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = param_groups
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, defaults: dict[str, Any]) -> None:
+        self.optimizer.defaults = defaults
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last step was skipped by the fp16 loss scaler."""
+        return bool(getattr(self.optimizer, "step_was_skipped", False))
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        self._before_step(self.optimizer)
+        result = self.optimizer.step() if closure is None else self.optimizer.step(closure)
+        self._after_step()
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        self.optimizer.load_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        return f"ManualOptimizer({self.optimizer!r})"

@@ -1,0 +1,66 @@
+"""`TrainState`: every counter of a run in one dataclass, saved whole in each checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+STAGES = ("idle", "train", "sanity_check", "validate", "test", "predict")
+
+
+@dataclass
+class TrainState:
+    """Where a run is. The resume position is read from here, never inferred from other objects.
+
+    Attributes:
+        stage: what the trainer runs right now: ``"idle"``, ``"train"``, ``"sanity_check"``, ``"validate"``,
+            ``"test"`` or ``"predict"`` (``"validate"`` also while fit validates).
+        epoch: the training epoch in progress (0-based); after an epoch's end hooks it moves to the next one.
+        batch_in_epoch: training batches of ``epoch`` already processed (the next one has this index).
+        global_step: optimizer steps taken (with gradient accumulation, one per ``accumulate_grad_batches``
+            batches; with manual optimisation, one per ``optimizer.step()`` call).
+        micro_step: training batches processed since the start of the run, over all epochs.
+        samples_seen: training samples processed over all processes (batch size x number of processes per
+            batch, so the few samples that even out the last batch across processes are counted too).
+        should_stop: set when all processes agreed to stop (through the engine's trigger).
+        time_elapsed: seconds spent inside ``fit`` over all runs of this state (``max_time`` counts against it);
+            brought up to date at every step when ``max_time`` is set, otherwise at each epoch end.
+
+    Example:
+        >>> state = TrainState(epoch=2, global_step=40)
+        >>> TrainState.from_state_dict(state.state_dict()) == state
+        True
+    """
+
+    stage: str = "idle"
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    global_step: int = 0
+    micro_step: int = 0
+    samples_seen: int = 0
+    should_stop: bool = False
+    time_elapsed: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of every field."""
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Set every field from ``state_dict``; unknown or missing keys raise (a checkpoint from another version)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown, missing = set(state_dict) - names, names - set(state_dict)
+        if unknown or missing:
+            raise KeyError(f"TrainState.load_state_dict got unknown keys {sorted(unknown)} and misses "
+                           f"{sorted(missing)}: the checkpoint was written by a different version of the trainer.")
+        if state_dict["stage"] not in STAGES:
+            raise ValueError(f"TrainState stage must be one of {STAGES}. Received: {state_dict['stage']!r}.")
+        for name in names:
+            setattr(self, name, state_dict[name])
+
+    @classmethod
+    def from_state_dict(cls, state_dict: dict[str, Any]) -> TrainState:
+        """A new state holding ``state_dict``."""
+        state = cls()
+        state.load_state_dict(state_dict)
+        return state
