@@ -46,6 +46,19 @@ _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explic
 _UNSUPPORTED = "Ember supports DDP and FSDP2 (FullyShardedDataParallelPlugin)"
 
 
+def _check_preparable(obj: Any) -> None:
+    """Raise for the inputs that are almost always a mistake: a Dataset instead of a DataLoader, or a container of
+    models / optimizers / loaders (prepare would return it untouched and training would run unprepared)."""
+    if isinstance(obj, torch.utils.data.Dataset):
+        raise TypeError(f"prepare() got a {type(obj).__name__} (a Dataset), which it cannot shard: wrap it in a "
+                        "torch.utils.data.DataLoader(dataset, batch_size=...) and prepare the loader.")
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    kinds = (DataLoader, torch.nn.Module, torch.optim.Optimizer)
+    if any(isinstance(item, kinds) or _is_scheduler(item) for item in items):
+        raise TypeError(f"prepare() got a {type(obj).__name__} holding models/optimizers/loaders, which it cannot "
+                        "prepare as a whole: pass them as separate arguments, e.g. prepare(*objects).")
+
+
 def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
@@ -275,7 +288,10 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
         elif len(device_placement) != len(args):
             raise ValueError(f"`device_placement` has {len(device_placement)} entries but {len(args)} objects were "
                              "passed to prepare(): give one bool per object.")
-        # Anything else (None for a missing scheduler, a tokenizer, ...) is returned unchanged, as in Accelerate.
+        # Anything else (None for a missing scheduler, a tokenizer, ...) is returned unchanged, as in Accelerate,
+        # except objects that look preparable but would silently stay unprepared: those fail now.
+        for obj in args:
+            _check_preparable(obj)
         first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
         result = [self._prepare_one(obj, placement) for obj, placement in zip(first, device_placement)]
         return result[0] if len(result) == 1 else tuple(result)

@@ -101,7 +101,7 @@ def _core_checks(tmp: str) -> dict[str, Any]:
 def test_core_on_two_processes(run_distributed, tmp_path: Path) -> None:
     r0, r1 = run_distributed(_core_checks, 2, str(tmp_path))
     assert (r0["n"], r1["n"]) == (2, 2) and (r0["local"], r1["local"]) == (0, 1)
-    assert r0["backend"] == "gloo" and r0["device"] == r1["device"] == "cpu" and r0["use_distributed"]
+    assert r0["backend"] == "gloo" and r0["device"] == r1["device"] == "cpu:0" and r0["use_distributed"]
     assert (r0["main"], r1["main"], r0["last"], r1["last"]) == (True, False, False, True)
     assert r0["repr_first"] == "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo"
     assert r0["gather0d"] == r1["gather0d"] == [0.0, 1.0]

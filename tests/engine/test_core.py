@@ -87,8 +87,12 @@ def test_bad_arguments_name_the_value() -> None:
     with pytest.raises(ValueError, match="total_limit"):
         ProjectConfiguration(total_limit=0)
     acc = Accelerator()
-    with pytest.raises(TypeError, match="cannot prepare an object of type dict"):
-        acc.prepare({"not": "preparable"})
+    other = {"not": "preparable"}
+    assert acc.prepare(other) is other and acc.prepare(torch.nn.Linear(1, 1), None)[1] is None  # as Accelerate
+    with pytest.raises(TypeError, match="TensorDataset.*wrap it in a torch.utils.data.DataLoader"):
+        acc.prepare(torch.utils.data.TensorDataset(torch.zeros(2)))
+    with pytest.raises(TypeError, match="list holding models.*separate arguments"):
+        acc.prepare([torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)])
     with pytest.raises(ValueError, match="device_placement"):
         acc.prepare(torch.nn.Linear(1, 1), device_placement=[True, False])
     with pytest.raises(NotImplementedError, match="not supported"):

@@ -113,16 +113,13 @@ def test_resume_fetches_no_skipped_sample() -> None:
     fetched: list[int] = []
     loader = _fresh(lambda: DataLoader(Augmented(40, fetched), batch_size=4, shuffle=True))
     order = [b[0].tolist() for b in loader]
-    state = loader.state_dict()
-    state["iteration"], state["batches_yielded"] = 0, 7
-    resumed = _fresh(lambda: DataLoader(Augmented(40, fetched), batch_size=4, shuffle=True))
-    resumed.load_state_dict(loader.state_dict())  # epoch 1 from its start
-    epoch1 = [b[0].tolist() for b in resumed]
-    assert epoch1 != order
+    batches = iter(loader)  # epoch 1, saved after 7 batches
+    epoch1 = [next(batches)[0].tolist() for _ in range(7)]
+    saved = copy.deepcopy(loader.state_dict())
+    epoch1 += [b[0].tolist() for b in batches]
+    assert epoch1 != order and saved["iteration"] == 1 and saved["batches_yielded"] == 7
     fetched.clear()
     resumed = _fresh(lambda: DataLoader(Augmented(40, fetched), batch_size=4, shuffle=True))
-    saved = copy.deepcopy(loader.state_dict())
-    saved["batches_yielded"] = 7
     resumed.load_state_dict(saved)
     assert [b[0].tolist() for b in resumed] == epoch1[7:]
     assert sorted(fetched) == sorted(i for batch in epoch1[7:] for i in batch)
