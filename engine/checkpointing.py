@@ -169,7 +169,12 @@ def remove_folder(folder: str) -> None:
     doomed = os.path.join(parent, f"{TEMP_PREFIX}{name}-deleting-{secrets.token_hex(6)}")
     os.rename(folder, doomed)
     fsync_dir(parent)
-    shutil.rmtree(doomed, ignore_errors=True)
+    # Another rank may still be closing a file in it (a failed save): retry briefly instead of leaving it behind.
+    for attempt in range(5):
+        shutil.rmtree(doomed, ignore_errors=True)
+        if not os.path.lexists(doomed):
+            return
+        time.sleep(0.05 * (attempt + 1))
 
 
 def clean_leftovers(parent: str, name_prefix: str) -> None:
