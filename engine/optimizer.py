@@ -12,31 +12,14 @@ from engine.operations import send_to_device
 from engine.state import GradientState
 
 
-class AcceleratedOptimizer(torch.optim.Optimizer):
-    """Wraps ``optimizer``; ``step`` / ``zero_grad`` do nothing while gradients are being accumulated.
+class OptimizerView(torch.optim.Optimizer):
+    """A real ``torch.optim.Optimizer`` (``isinstance`` holds) whose state lives in ``self.optimizer``.
 
-    It is a real ``torch.optim.Optimizer`` subclass (``isinstance`` holds), but every piece of state
-    (``state``, ``param_groups``, ``defaults``) lives in the wrapped optimizer.
-
-    Args:
-        optimizer: the optimizer to wrap.
-        device_placement: move the optimizer state to the device of the process.
-        scaler: the fp16 ``GradScaler``; with it, ``step_was_skipped`` tells whether the last step was skipped
-            because of inf/nan gradients.
+    Base of the wrappers that change when or how ``step`` runs; ``torch.optim.Optimizer.__init__`` is deliberately
+    not called, since it would build a second set of param groups.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
-                 scaler: torch.amp.GradScaler | None = None, device: torch.device | None = None) -> None:
-        # torch.optim.Optimizer.__init__ is deliberately not called: it would build a second set of param groups.
-        self.optimizer = optimizer
-        self.scaler = scaler
-        self.gradient_state = GradientState()
-        self.device_placement = device_placement
-        self._is_overflow = False
-        self._accepts_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
-        if device_placement and device is not None and device.type != "cpu" and optimizer.state:
-            state_dict = send_to_device(optimizer.state_dict(), device)
-            optimizer.load_state_dict(state_dict)
+    optimizer: torch.optim.Optimizer
 
     @property
     def state(self) -> Any:  # type: ignore[override]
@@ -70,6 +53,33 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
         self.optimizer.load_state_dict(state_dict)
+
+
+
+class AcceleratedOptimizer(OptimizerView):
+    """Wraps ``optimizer``; ``step`` / ``zero_grad`` do nothing while gradients are being accumulated.
+
+    It is a real ``torch.optim.Optimizer`` subclass (``isinstance`` holds), but every piece of state
+    (``state``, ``param_groups``, ``defaults``) lives in the wrapped optimizer.
+
+    Args:
+        optimizer: the optimizer to wrap.
+        device_placement: move the optimizer state to the device of the process.
+        scaler: the fp16 ``GradScaler``; with it, ``step_was_skipped`` tells whether the last step was skipped
+            because of inf/nan gradients.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
+                 scaler: torch.amp.GradScaler | None = None, device: torch.device | None = None) -> None:
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.gradient_state = GradientState()
+        self.device_placement = device_placement
+        self._is_overflow = False
+        self._accepts_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
+        if device_placement and device is not None and device.type != "cpu" and optimizer.state:
+            state_dict = send_to_device(optimizer.state_dict(), device)
+            optimizer.load_state_dict(state_dict)
 
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         if not self.gradient_state.sync_gradients:

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from engine.optimizer import OptimizerView
+
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
 _OPTIMIZER_KEYS = {"optimizer", "lr_scheduler", "monitor"}
 _FORMS = (
@@ -149,7 +151,7 @@ def _describe(obj: Any) -> str:
     return f"{type(obj).__name__} ({text[:80]}{'...' if len(text) > 80 else ''})"
 
 
-class ManualOptimizer(torch.optim.Optimizer):
+class ManualOptimizer(OptimizerView):
     """What ``self.optimizers()`` returns under manual optimisation: the prepared optimizer, with its ``step``
     firing ``on_before_optimizer_step`` and counting one global step.
 
@@ -159,34 +161,9 @@ class ManualOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer, before_step: Callable[[torch.optim.Optimizer], None],
                  after_step: Callable[[], None]) -> None:
-        # torch.optim.Optimizer.__init__ is deliberately not called: it would build a second set of param groups.
         self.optimizer = optimizer
         self._before_step = before_step
         self._after_step = after_step
-
-    @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, state: Any) -> None:
-        self.optimizer.state = state
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, param_groups: list[dict[str, Any]]) -> None:
-        self.optimizer.param_groups = param_groups
-
-    @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, defaults: dict[str, Any]) -> None:
-        self.optimizer.defaults = defaults
 
     @property
     def step_was_skipped(self) -> bool:
@@ -201,15 +178,6 @@ class ManualOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        self.optimizer.add_param_group(param_group)
-
-    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
-        self.optimizer.load_state_dict(state_dict)
 
     def __repr__(self) -> str:
         return f"ManualOptimizer({self.optimizer!r})"
