@@ -5,10 +5,12 @@ Nothing here imports ``tqdm`` or a tracker backend at import time.
 
 from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
+from callbacks.checkpoint import ModelCheckpoint
+from callbacks.early_stopping import EarlyStopping
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary, summarize
 from callbacks.progress import ProgressBar
 from callbacks.throughput import ThroughputMonitor
 
-__all__ = ["Callback", "GradientAccumulationScheduler", "LearningRateMonitor", "ModelSummary", "ProgressBar",
-           "ThroughputMonitor", "summarize"]
+__all__ = ["Callback", "EarlyStopping", "GradientAccumulationScheduler", "LearningRateMonitor", "ModelCheckpoint",
+           "ModelSummary", "ProgressBar", "ThroughputMonitor", "summarize"]

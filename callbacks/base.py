@@ -76,7 +76,11 @@ Under manual optimisation (``automatic_optimization = False``) the batch is ``on
 
 ``on_exception(trainer, module, exception)`` runs when any of the above raises, before the error propagates
 (``teardown`` then does not run).
-``on_save_checkpoint`` / ``on_load_checkpoint`` run when a checkpoint is written / restored.
+``on_save_checkpoint`` / ``on_load_checkpoint`` run when a checkpoint is written / restored. Inside ``fit``,
+checkpoints (``ModelCheckpoint``, preemption, ``max_time``) are written at two boundaries only: after a batch is
+completely done (optimizer step, validation, plateau schedulers, stop decision), and after
+``on_train_epoch_end`` and the epoch schedulers (the ``TrainState`` already pointing at the next epoch). A save
+asked for anywhere else waits for the next boundary, so a resumed run never repeats or skips a hook.
 """
 
 from __future__ import annotations

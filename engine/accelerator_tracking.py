@@ -38,3 +38,18 @@ class TrackingMixin:
         """Finish every tracker, then destroy the process group (no collective may run after this)."""
         self._tracker_hub.finish()
         self.state.destroy_process_group()  # type: ignore[attr-defined]
+
+    def finish_trackers(self) -> None:
+        """Finish every tracker but keep the process group (``end_training`` does both); safe to call twice."""
+        self._tracker_hub.finish()
+
+    def tracker_state_dict(self) -> dict[str, dict[str, Any]]:
+        """The trackers' run identities by tracker name (JSON-able), to store in a checkpoint.
+
+        Empty on ranks that run no tracker. Pass it to ``load_tracker_state_dict`` in the resumed process.
+        """
+        return self._tracker_hub.state_dict()
+
+    def load_tracker_state_dict(self, states: dict[str, dict[str, Any]]) -> None:
+        """Continue the runs ``tracker_state_dict`` named; call before ``init_trackers`` (it raises after)."""
+        self._tracker_hub.load_state_dict(states)

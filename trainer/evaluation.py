@@ -41,11 +41,16 @@ class EvaluationMixin:
     _log_to_trackers: Any
     _set_stage: Any
     _batches: Any
+    _resolve_ckpt_path: Any
+    _load_weights: Any
 
     def validate(self, module: TrainModule | None = None, dataloaders: Any = None,
                  datamodule: DataModule | None = None, ckpt_path: str | None = None,
                  verbose: bool = True) -> list[dict[str, float]]:
-        """Run the validation loop once; returns the epoch metrics, one dict per loader."""
+        """Run the validation loop once; returns the epoch metrics, one dict per loader.
+
+        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint folder) loads the module's weights from it first.
+        """
         return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
 
     def test(self, module: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
@@ -59,10 +64,12 @@ class EvaluationMixin:
         """``predict_step`` over the loader(s); returns the per-batch predictions of every process, in dataset
         order, without the samples repeated to even out the last batch (a list per loader when there are several).
         """
-        _no_checkpoint(ckpt_path)
+        folder = self._resolve_ckpt_path(ckpt_path, "predict", required=True)
         datamodule, dataloaders = self._eval_sources(datamodule, dataloaders)
         with self._run("predict", module, datamodule):
             loaders, counts = self._setup_eval("predict", dataloaders)
+            if folder is not None:
+                self._load_weights(folder)
             hooks = self._hooks
             assert hooks is not None and self._model is not None
             self._set_stage("predict")
@@ -88,10 +95,12 @@ class EvaluationMixin:
 
     def _evaluate_entry(self, kind: str, module: TrainModule | None, dataloaders: Any, datamodule: Any,
                         ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
-        _no_checkpoint(ckpt_path)
+        folder = self._resolve_ckpt_path(ckpt_path, kind, required=True)
         datamodule, dataloaders = self._eval_sources(datamodule, dataloaders)
         with self._run(kind, module, datamodule):
             self._setup_eval(kind, dataloaders)
+            if folder is not None:
+                self._load_weights(folder)  # the module's weights only: optimizers and data do not matter here
             self._start_trackers()
             results = self._evaluate(kind)
         if verbose and self.accelerator.is_main_process:
@@ -169,11 +178,3 @@ class EvaluationMixin:
         if log:
             self._log_to_trackers(metrics.epoch_values(results))
         return results
-
-
-
-def _no_checkpoint(ckpt_path: str | None) -> None:
-    if ckpt_path is not None:
-        raise NotImplementedError(f"ckpt_path={ckpt_path!r}: loading checkpoints is not available in this version; "
-                                  "load the weights into the module first and call without ckpt_path.")
-

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
+import threading
 import time
 import warnings
 import weakref
@@ -23,9 +26,11 @@ from trainer.hooks import HookTable, overrides
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import StepRouter, TrainModule
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+from trainer.signals import Preempted
 from trainer.state import TrainState
 
 _UNSET: Any = object()  # "keyword not given", distinct from an explicit None
+EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
 
 
 class RunMixin:
@@ -64,6 +69,12 @@ class RunMixin:
     _model_for: tuple[TrainModule, bool] | None
     _module_optimizers: list[torch.optim.Optimizer]
     _trackers_started: bool
+    _trackers_finished: bool
+    _prepared: list[str]
+    _interrupt: str | None
+    _local_interrupts: set[str]
+    _unchecked: list[Any]
+    _world: int
     _stop_requested: bool
     _val_every: int | None
     _fit_clock: float
@@ -137,11 +148,41 @@ class RunMixin:
                 datamodule.teardown(stage)
             self._hooks.call("teardown", stage)
         except BaseException as error:
-            self._hooks.call_callbacks("on_exception", error)
+            try:
+                self._hooks.call_callbacks("on_exception", error)
+            finally:
+                self._after_failure(error)
             raise
         finally:
             self._hooks = None  # drops the hook table's references to this trainer and the module
             self._set_stage("idle")
+
+    def _after_failure(self, error: BaseException) -> None:
+        """Finish the trackers; with several processes, make sure this one ends promptly.
+
+        Another rank may be waiting in a collective for this one (a step that raised here only), and it only
+        fails once this process is gone. So the process group is destroyed and, unless the error was raised on
+        every rank alike (a preemption, a non-finite loss), the process is ended with status 1 if it still runs
+        ``EXIT_GRACE_S`` (5 s) later: time for the traceback to print and the exception to end the script as
+        usual, but not for a caught exception or a stuck shutdown to leave the other ranks waiting.
+        """
+        try:
+            self._finish_trackers()
+        finally:
+            if self._world > 1 and not isinstance(error, (Preempted, FloatingPointError)):
+                rank = self.accelerator.process_index
+                print(f"[ember] rank {rank}: {type(error).__name__} in the trainer; this process ends within "
+                      f"{EXIT_GRACE_S:.0f} s so the other ranks do not wait for it.", file=sys.stderr, flush=True)
+                timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(1,))
+                timer.daemon = True
+                timer.start()
+            if self._world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+                self.accelerator.state.destroy_process_group()
+
+    def _finish_trackers(self) -> None:
+        if self._trackers_started and not self._trackers_finished:
+            self._trackers_finished = True
+            self.accelerator.finish_trackers()
 
     def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
         if module is None:
@@ -181,6 +222,7 @@ class RunMixin:
         if self.overfit_batches:
             train = [without_shuffle(train[0])]
         self.train_dataloader = self.accelerator.prepare(train[0])
+        self._prepared.append("train loader")
         self.num_training_batches = limit_batches(loader_length(self.train_dataloader), self.limit_train_batches,
                                                   "limit_train_batches")
         self._set_val_loaders(val)
@@ -194,6 +236,7 @@ class RunMixin:
         prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
         prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
         self.optimizers = prepared[:len(optimizers)]
+        self._prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
         self.lr_scheduler_configs = configs  # hold the user's schedulers: stepped once per step on every process
         self._module_optimizers = ([ManualOptimizer(o, self._manual_before_step, self._manual_after_step)
                                     for o in self.optimizers] if manual else list(self.optimizers))
@@ -208,11 +251,12 @@ class RunMixin:
         self._epoch_schedulers = [c for c in auto if c.interval == "epoch"]
         self.accelerator.gradient_accumulation_steps = self.accumulate_grad_batches or 1
         self.state.should_stop = self._stop_requested = False
+        self._interrupt, self._local_interrupts, self._unchecked = None, set(), []
         self._fit_clock = time.monotonic() - self.state.time_elapsed
-        self._start_trackers()
 
     def _set_val_loaders(self, val: list[DataLoader]) -> None:
         self.val_dataloaders = [self.accelerator.prepare(loader) for loader in val]
+        self._prepared += ["val loader"] * len(val)
         self.num_val_batches = [limit_batches(loader_length(v), self.limit_val_batches, "limit_val_batches")
                                 for v in self.val_dataloaders]
         sanity = self.num_sanity_val_steps
@@ -253,6 +297,7 @@ class RunMixin:
             return self.val_dataloaders, self.num_val_batches
         limit = self.limit_test_batches if kind == "test" else self.limit_predict_batches
         prepared = [self.accelerator.prepare(loader) for loader in loaders]
+        self._prepared += [f"{kind} loader"] * len(loaders)
         counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
         if kind == "test":
             self.test_dataloaders, self.num_test_batches = prepared, counts
@@ -270,6 +315,7 @@ class RunMixin:
             module.configure_model()
         router = StepRouter(module)
         self._model = self.accelerator.prepare_model(router, evaluation_mode=not training)
+        self._prepared.append("model" if training else "model (evaluation)")
         self._model_for = (module, training)
         # Unwrapped (one process, no DDP / FSDP2 / compile / autocast wrapper, no hooks), the module's step is
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
@@ -292,7 +338,7 @@ class RunMixin:
 
     def _send_to_trackers(self, values: dict[str, Any], step: int | None) -> None:
         # Only a process that runs trackers converts the tensors (the one device sync of logging).
-        if values and self._trackers_started and self.accelerator.trackers:
+        if values and self._trackers_started and not self._trackers_finished and self.accelerator.trackers:
             payload = to_python(values)
             payload.setdefault("epoch", self.state.epoch)
             self.accelerator.log(payload, step=self.state.global_step if step is None else step)
@@ -318,4 +364,8 @@ class RunMixin:
         if count is not None and start >= count:
             return iter(())
         batches = iter(loader)
-        return enumerate(batches if count is None else islice(batches, count - start), start)
+        # All of a loader is read to its end (not cut by islice), so its pass finishes and the position it saves
+        # at an epoch end is "this epoch done" (see CheckpointMixin._line_up_loaders for limited epochs).
+        if count is None or count == loader_length(loader):
+            return enumerate(batches, start)
+        return enumerate(islice(batches, count - start), start)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -15,16 +15,20 @@ from engine import Accelerator, set_seed
 from trainer import args as checks
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationMixin
-from trainer.hooks import HookTable, overrides
+from trainer.hooks import HookTable
 from trainer.metrics import MetricLogger
 from trainer.module import TrainModule
 from trainer.optim import SchedulerConfig
+from trainer.resume import CheckpointMixin, TrainerCheckpointState
 from trainer.runs import _UNSET, RunMixin
+from trainer.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, PreemptionHandler, check_signals
 from trainer.state import TrainState
+from trainer.stepping import NONFINITE_CHOICES, StepMixin, check_trainable, loss_of
+from trainer.stopping import StopMixin
 from trainer.views import TrainerViews
 
 
-class Trainer(RunMixin, EvaluationMixin, TrainerViews):
+class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, TrainerViews):
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a ``TrainModule``, with Lightning's argument names.
 
     Everything distributed goes through one ``engine.Accelerator`` (built here, or passed as ``accelerator=``):
@@ -49,13 +53,30 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
         fast_dev_run: run N (``True``: 1) batches of each stage, one epoch, no trackers, no sanity check.
         overfit_batches: train and validate on the first N (or fraction of) training batches, unshuffled.
         log_every_n_steps: send step metrics to the trackers every N optimizer steps.
-        enable_checkpointing: accepted for Lightning compatibility (checkpoint callbacks arrive separately).
+        enable_checkpointing: accepted for Lightning compatibility (add a ``ModelCheckpoint`` to save checkpoints).
         enable_progress_bar / enable_model_summary: add a ``ProgressBar`` / ``ModelSummary`` callback.
         callbacks: more ``Callback`` instances, called in this order.
         log_with / project_dir / project_name: trackers (default ``"csv"``), where they write (default
             ``"runs"``), and the run's project name.
         seed / deterministic: ``engine.set_seed(seed)`` now (seed the model's construction by building the
             Trainer first), and ``torch.use_deterministic_algorithms``.
+        detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
+        on_nonfinite_loss: what a NaN / inf loss does, decided alike on every process before the optimizer step:
+            ``"raise"`` (default) stops every process with a ``FloatingPointError`` naming the step, rank, batch
+            and value (checked at each log interval, before each checkpoint and at epoch ends: no sync per
+            step, and no checkpoint holds the NaN); ``"skip"`` checks before every optimizer step (one host
+            sync each) and drops a step with a non-finite loss (gradients zeroed, a warning); ``"ignore"``.
+        preemption_signals / preemption_exit_code: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
+            SLURM's ``--signal``) on which fit, at the next optimizer step boundary and on every process, saves
+            a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
+            finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
+            ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
+
+    Resuming: ``fit(..., ckpt_path="last")`` continues from the newest committed checkpoint (bitwise as if
+    never stopped), or starts fresh when there is none yet, so one command serves the first start and every
+    restart. An exception anywhere in a run calls the callbacks' ``on_exception``, finishes the trackers and,
+    with several processes, destroys the process group, so the other ranks fail in their next collective
+    instead of waiting for it (with NCCL, the launcher ends them once this process exits).
 
     Example:
         >>> from torch.utils.data import DataLoader, TensorDataset
@@ -88,7 +109,8 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
                  enable_progress_bar: bool = True, enable_model_summary: bool = True,
                  callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = _UNSET,
                  project_dir: str | None = _UNSET, project_name: str = "ember", seed: int | None = None,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, detect_anomaly: bool = False, on_nonfinite_loss: str = "raise",
+                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE) -> None:
         self.max_time = checks.parse_max_time(max_time)
         self.max_epochs, self.max_steps, defaulted = checks.check_epochs_and_steps(max_epochs, max_steps,
                                                                                  self.max_time)
@@ -127,6 +149,13 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
             raise ValueError(f"Trainer(min_epochs={self.min_epochs}) is larger than max_epochs={self.max_epochs}: "
                              "raise max_epochs or lower min_epochs.")
         self.enable_checkpointing = enable_checkpointing
+        self.detect_anomaly = bool(detect_anomaly)
+        self.on_nonfinite_loss = checks.check_choice("on_nonfinite_loss", on_nonfinite_loss, NONFINITE_CHOICES)
+        self._preemption = PreemptionHandler(check_signals(preemption_signals))
+        if not checks.is_int(preemption_exit_code) or not 0 <= preemption_exit_code <= 255:
+            raise ValueError(f"Trainer(preemption_exit_code=...) must be an int in [0, 255]. Received: "
+                             f"{preemption_exit_code!r}.")
+        self.preemption_exit_code = int(preemption_exit_code)
         self.project_name = project_name
         self.accelerator = self._build_accelerator(accelerator, checks.parse_precision(mixed_precision, precision),
                                                    log_with, project_dir)
@@ -156,8 +185,14 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
         self._model: torch.nn.Module | None = None  # the prepared StepRouter around `module`
         self._model_for: tuple[TrainModule, bool] | None = None
         self._hooks: HookTable | None = None
-        self._trackers_started = False
+        self._trackers_started = self._trackers_finished = False
         self._stop_requested = False
+        self._interrupt: str | None = None  # "preempted" / "max_time" once every process agreed on it
+        self._local_interrupts: set[str] = set()
+        self._boundary_queue: list[Any] | None = None  # saves waiting for the next boundary, inside fit's loop
+        self._last_save_position: tuple[int, int, int] | None = None
+        self._prepared: list[str] = []  # what the trainer prepared, in order: a resume must match it
+        self._unchecked: list[tuple[torch.Tensor, int, int, int]] = []  # losses not yet checked for NaN / inf
         self._val_every: int | None = None
         self._fit_clock = 0.0
         self._automatic = True
@@ -167,73 +202,83 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
         self._step_schedulers_list: list[SchedulerConfig] = []  # interval "step", not ReduceLROnPlateau
         self._plateau_step_schedulers: list[SchedulerConfig] = []
         self._epoch_schedulers: list[SchedulerConfig] = []
+        # The trainer's part of every engine checkpoint (TrainState, callbacks, trackers...): plain values only.
+        self._checkpoint_state = TrainerCheckpointState(self._checkpoint_payload)
+        self.accelerator.register_for_checkpointing(self._checkpoint_state)
 
     # -- fit ----------------------------------------------------------------------------------------------------
     def fit(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: DataModule | None = None, ckpt_path: str | None = None) -> None:
         """Train ``module`` on ``train_dataloaders`` (or ``datamodule``, or its own ``train_dataloader()``).
 
-        ``ckpt_path`` (resuming) is not available yet: passing one raises instead of silently starting over.
+        ``ckpt_path``: ``"last"`` resumes from the newest committed checkpoint of the project (and starts fresh,
+        saying so, when there is none), a folder path resumes from that checkpoint; a path that does not exist
+        raises before anything runs. The resumed run continues exactly where the checkpoint was taken.
         """
-        if ckpt_path is not None:
-            raise NotImplementedError(f"fit(ckpt_path={ckpt_path!r}): resuming from checkpoints is not available "
-                                      "in this version; call fit without ckpt_path.")
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
-        _check_trainable(module, self.accumulate_grad_batches, self.gradient_clip_val)
+        check_trainable(module, self.accumulate_grad_batches, self.gradient_clip_val, self.on_nonfinite_loss)
+        resume_from = self._resolve_ckpt_path(ckpt_path, "fit")
         if self._max_epochs_defaulted and self.accelerator.is_main_process:
             warnings.warn(f"Neither max_epochs nor max_steps (nor max_time) was set: training stops after "
                           f"{checks.DEFAULT_MAX_EPOCHS} epochs. Pass max_epochs=N or max_steps=N (max_epochs=-1 "
                           "trains until stopped).", UserWarning, stacklevel=2)
-        with self._run("fit", module, datamodule):
+        anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
+        with self._run("fit", module, datamodule), self._preemption, anomaly:
             self._setup_fit(train_dataloaders, val_dataloaders)
-            self._fit_loop()
+            if resume_from is not None:
+                self._restore(resume_from)  # before the trackers start: they reopen the saved runs
+            self._start_trackers()
+            self._fit_loop(sanity_check=resume_from is None)
 
-    def _fit_loop(self) -> None:
+    def _fit_loop(self, sanity_check: bool) -> None:
         state, hooks, metrics = self.state, self._hooks, self._metrics
         assert hooks is not None and self._model is not None
         hooks.call("on_fit_start")
-        if any(n is None or n > 0 for n in self.num_sanity_val_batches):
+        if sanity_check and any(n is None or n > 0 for n in self.num_sanity_val_batches):
             self._evaluate("sanity_check")
         metrics.set_stage("train")
         metrics.set_epoch_hook(True)
         self._set_stage("train")
         hooks.call("on_train_start")
-        while not self._fit_done():
-            self._model.train()
-            metrics.reset_epoch()
-            self._set_epoch()
-            hooks.call("on_train_epoch_start")
-            self.accelerator.gradient_accumulation_steps = self.accumulate_grad_batches or 1
-            metrics.set_epoch_hook(False)
-            for batch_idx, batch in self._batches(self.train_dataloader, self.num_training_batches,
-                                                  state.batch_in_epoch):
-                size = metrics.new_batch(batch)
-                if hooks.call("on_train_batch_start", batch, batch_idx) == -1:
-                    break  # Lightning: the module returning -1 ends the epoch early
-                steps_before = state.global_step
-                outputs = self._train_step(batch, batch_idx)
-                state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
-                state.samples_seen += size * self._world
-                hooks.call("on_train_batch_end", outputs, batch, batch_idx)
-                stepped = state.global_step != steps_before
-                if stepped and state.global_step // self.log_every_n_steps != steps_before // self.log_every_n_steps:
-                    self._log_to_trackers(metrics.step_values())
-                if self._val_every is not None and self._val_due(batch_idx):
-                    self._evaluate("validate")
-                if stepped:
-                    if self._plateau_step_schedulers:  # after validation: they may monitor a validation metric
-                        self._step_schedulers(self._plateau_step_schedulers)
-                    if self._stop_now():
+        with self._boundaries():  # checkpoints are written where a resume continues exactly
+            while not self._fit_done():
+                self._model.train()
+                metrics.reset_epoch()
+                self._set_epoch()
+                hooks.call("on_train_epoch_start")
+                self.accelerator.gradient_accumulation_steps = self.accumulate_grad_batches or 1
+                metrics.set_epoch_hook(False)
+                for batch_idx, batch in self._batches(self.train_dataloader, self.num_training_batches,
+                                                      state.batch_in_epoch):
+                    size = metrics.new_batch(batch)
+                    if hooks.call("on_train_batch_start", batch, batch_idx) == -1:
+                        break  # Lightning: the module returning -1 ends the epoch early
+                    steps_before = state.global_step
+                    outputs = self._train_step(batch, batch_idx)
+                    state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
+                    state.samples_seen += size * self._world
+                    hooks.call("on_train_batch_end", outputs, batch, batch_idx)
+                    stepped = state.global_step != steps_before
+                    every = self.log_every_n_steps
+                    if stepped and state.global_step // every != steps_before // every:
+                        self._check_losses()  # no NaN reaches the trackers unnoticed; one sync per interval
+                        self._log_to_trackers(metrics.step_values())
+                    if self._val_every is not None and self._val_due(batch_idx):
+                        self._evaluate("validate")
+                    if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         break
-            if self._val_every is None and self._val_in_epoch():
-                self._evaluate("validate")  # a loader without a length: validate once it is exhausted
-            metrics.set_epoch_hook(True)
-            self._epoch_end("on_train_epoch_end")
-            self._step_schedulers(self._epoch_schedulers)
-            state.epoch += 1
-            state.batch_in_epoch = 0
-            self._update_time()
+                if self._val_every is None and self._val_in_epoch():
+                    self._evaluate("validate")  # a loader without a length: validate once it is exhausted
+                metrics.set_epoch_hook(True)
+                self._check_losses()
+                self._epoch_end("on_train_epoch_end")
+                self._step_schedulers(self._epoch_schedulers)
+                state.epoch += 1
+                state.batch_in_epoch = 0
+                self._update_time()
+                self._flush_boundary(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
+            self._check_losses()
         hooks.call("on_train_end")
         self._set_stage("idle")
         hooks.call("on_fit_end")
@@ -242,18 +287,23 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
         """One batch: forward, backward and, on the last micro-batch of an accumulation window, the optimizer step."""
         acc, training_step = self.accelerator, self._training_step
         if not self._automatic:
-            return training_step(batch, batch_idx)
+            outputs = training_step(batch, batch_idx)
+            if self.on_nonfinite_loss != "ignore":
+                self._check_manual_loss(outputs, batch_idx)
+            return outputs
         k = self.accumulate_grad_batches or 1
         # The window position comes from the stored batch index, so accumulation lines up after a resume, and the
         # last batch of a limited epoch still steps (the engine forces that only at the loader's real end).
         acc.step = k - 1 if batch_idx + 1 == self.num_training_batches else batch_idx % k
         with acc.accumulate(self._model):
             outputs = training_step(batch, batch_idx)
-            # The usual case (a 0-d loss tensor with a graph) is checked inline; _loss_of handles the others.
+            # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.
             usual = isinstance(outputs, torch.Tensor) and outputs.ndim == 0 and outputs.requires_grad
-            loss = outputs if usual else _loss_of(outputs)
+            loss = outputs if usual else loss_of(outputs)
             if loss is None:
                 return None  # Lightning: returning None skips this batch's backward and step
+            if self.on_nonfinite_loss != "ignore":
+                self._record_loss(loss, batch_idx)
             self._backward(loss)
             if acc.sync_gradients:
                 self._optimizer_step(batch_idx, loss)
@@ -261,146 +311,3 @@ class Trainer(RunMixin, EvaluationMixin, TrainerViews):
         if isinstance(outputs, torch.Tensor):
             return {"loss": loss.detach()}
         return {key: v.detach() if isinstance(v, torch.Tensor) else v for key, v in outputs.items()}
-
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        hooks = self._hooks
-        assert hooks is not None
-        # The per-step hooks loop over their (usually empty) tuples of overriders: no call when nobody overrides.
-        for hook in hooks.overriders["on_before_backward"]:
-            hook(loss)
-        self.accelerator.backward(loss, *args, **kwargs)
-        for hook in hooks.overriders["on_after_backward"]:
-            hook()
-
-    def _optimizer_step(self, batch_idx: int, loss: torch.Tensor) -> None:
-        hooks, module, state = self._hooks, self.module, self.state
-        assert hooks is not None and module is not None
-        optimizer = self.optimizers[0]
-        for hook in hooks.overriders["on_before_optimizer_step"]:
-            hook(optimizer)
-        if self._clip:
-            module.configure_gradient_clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
-        # The module's optimizer_step / optimizer_zero_grad are only called when overridden (a call saved per step).
-        if self._custom_optimizer_step:
-            module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
-        else:
-            optimizer.step()
-        for hook in hooks.overriders["on_before_zero_grad"]:
-            hook(optimizer)
-        if self._custom_zero_grad:
-            module.optimizer_zero_grad(state.epoch, batch_idx, optimizer)
-        else:
-            optimizer.zero_grad()
-        state.global_step += 1
-        if self._step_schedulers_list and not getattr(optimizer, "step_was_skipped", False):
-            self._step_schedulers(self._step_schedulers_list)
-
-    def _step_schedulers(self, configs: list[SchedulerConfig]) -> None:
-        """Step each of ``configs`` that is due (empty under manual optimisation: the module steps them)."""
-        for config in configs:
-            count = self.state.global_step if config.interval == "step" else self.state.epoch + 1
-            if count % config.frequency:
-                continue
-            metric = None
-            if config.monitor is not None:
-                metric = self._metrics.callback_metrics.get(config.monitor)
-                if metric is None:
-                    logged = sorted(self._metrics.callback_metrics)
-                    message = (f"The scheduler {type(config.scheduler).__name__} monitors {config.monitor!r}, which "
-                               f"was never logged. Logged metrics: {logged}. Log it with self.log({config.monitor!r}"
-                               ", ...) or change 'monitor'")
-                    if config.strict:
-                        raise KeyError(message + " (or set 'strict': False to skip the step).")
-                    warnings.warn(message + "; skipping this scheduler step.", UserWarning, stacklevel=2)
-                    continue
-            self.module.lr_scheduler_step(config.scheduler, metric)  # type: ignore[union-attr]
-
-    # -- stopping and validation timing -----------------------------------------------------------------------
-    def _fit_done(self) -> bool:
-        state = self.state
-        if self.num_training_batches == 0:
-            return True  # limit_train_batches=0 turns training off (the sanity check still runs), as in Lightning
-        if self.max_epochs is not None and state.epoch >= self.max_epochs:
-            return True
-        if self.max_steps is not None and state.global_step >= self.max_steps:
-            return True
-        return self._stop_now()
-
-    def _stop_now(self) -> bool:
-        """Whether to stop at this step boundary; every process reaches the same answer at the same step."""
-        state = self.state
-        if self.max_steps is not None and state.global_step >= self.max_steps:
-            return True
-        # The clock is only read per step when max_time needs it (a clock read can be a syscall in a VM).
-        if self.max_time is not None and self._update_time() >= self.max_time and not self._stop_requested:
-            self.should_stop = True
-        # Only a rank that asked can know a stop is pending in a single process; with several, ask everyone.
-        if (self._stop_requested or self._world > 1) and self.accelerator.check_trigger():
-            self._stop_requested = False
-            if state.epoch >= (self.min_epochs or 0) and state.global_step >= (self.min_steps or 0):
-                state.should_stop = True
-            else:
-                warnings.warn(f"A stop was requested at epoch {state.epoch}, step {state.global_step}, before "
-                              f"min_epochs={self.min_epochs} / min_steps={self.min_steps}: training goes on.",
-                              UserWarning, stacklevel=2)
-        return state.should_stop
-
-    def _update_time(self) -> float:
-        """Bring ``state.time_elapsed`` up to date (per step with ``max_time``, else at epoch ends) and return it."""
-        self.state.time_elapsed = time.monotonic() - self._fit_clock
-        return self.state.time_elapsed
-
-    def _val_in_epoch(self) -> bool:
-        every = self.check_val_every_n_epoch
-        return bool(self.val_dataloaders) and (every is None or (self.state.epoch + 1) % every == 0)
-
-    def _val_due(self, batch_idx: int) -> bool:
-        if self._val_every is None or not self._val_in_epoch():
-            return False
-        if self.check_val_every_n_epoch is None:
-            return self.state.micro_step % self._val_every == 0
-        return (batch_idx + 1) % self._val_every == 0
-
-    def _set_epoch(self) -> None:
-        # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
-        set_epoch = getattr(self.train_dataloader, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.state.epoch)
-
-
-def _check_trainable(module: Any, accumulate: int | None, clip: float | None) -> None:
-    """Fail before any set-up work when ``module`` cannot be trained as configured."""
-    if not isinstance(module, TrainModule):
-        raise TypeError(f"The trainer runs TrainModule subclasses. Received: {type(module).__name__}: derive your "
-                        "model from trainer.TrainModule.")
-    name = type(module).__name__
-    if not overrides(module, TrainModule, "training_step"):
-        raise NotImplementedError(f"{name} has no training_step: add `def training_step(self, batch, batch_idx)` "
-                                  "returning the loss.")
-    if not overrides(module, TrainModule, "configure_optimizers"):
-        raise NotImplementedError(f"{name} has no configure_optimizers: add `def configure_optimizers(self): return "
-                                  "torch.optim.AdamW(self.parameters(), lr=1e-3)`.")
-    if not module.automatic_optimization and ((accumulate or 1) > 1 or clip is not None):
-        raise ValueError(f"{name} uses manual optimisation, which does its own accumulation and clipping: remove "
-                         f"Trainer(accumulate_grad_batches={accumulate}, gradient_clip_val={clip}) and do them in "
-                         "training_step.")
-
-
-def _loss_of(outputs: Any) -> torch.Tensor | None:
-    """The loss in what ``training_step`` returned (a tensor, a dict with ``"loss"``, or ``None``)."""
-    if isinstance(outputs, torch.Tensor):
-        loss = outputs
-    elif isinstance(outputs, dict) and "loss" in outputs:
-        loss = outputs["loss"]
-    elif outputs is None:
-        return None
-    else:
-        keys = f" with keys {sorted(outputs)}" if isinstance(outputs, dict) else ""
-        raise TypeError(f"training_step returned {type(outputs).__name__}{keys}; return the loss tensor, a dict with "
-                        "a 'loss' key, or None to skip the batch.")
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-        raise ValueError(f"training_step's loss must be a scalar tensor that requires grad. Received: {loss!r:.100}."
-                         " Return the loss before .item() / .detach(), computed outside torch.no_grad().")
-    return loss
-
-

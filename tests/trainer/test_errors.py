@@ -108,5 +108,5 @@ def test_bad_data_and_modules() -> None:
         Trainer(**QUIET, max_epochs=1).fit(Regressor())
     with pytest.raises(NotImplementedError, match="needs TrainModule.test_step"):
         Trainer(**QUIET).test(TrainModule(), data())
-    with pytest.raises(NotImplementedError, match="ckpt_path='last'"):
-        Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="last")
+    with pytest.raises(FileNotFoundError, match="ckpt_path='no/such/run'\\): no such checkpoint folder"):
+        Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="no/such/run")

@@ -91,8 +91,9 @@ def test_logging_keeps_tensors_until_the_interval_ends(monkeypatch: pytest.Monke
     fit(Regressor(), data(n=32, batch_size=4), log_with=[MemoryTracker()], max_epochs=1, log_every_n_steps=4,
         callbacks=[Marker()])
     first, last = events.index("batch"), len(events) - 1 - events[::-1].index("batch")
-    # 8 steps logged every 4: one host conversion (stack + tolist) after step 4, nothing per step.
-    assert events[first:last + 1] == ["batch"] * 4 + ["tolist"] + ["batch"] * 4
+    # 8 steps logged every 4: after step 4 the non-finite loss check (one item) and one host conversion (stack +
+    # tolist), nothing per step.
+    assert events[first:last + 1] == ["batch"] * 4 + ["item", "tolist"] + ["batch"] * 4
 
 
 def test_sanity_check_metrics_are_dropped() -> None:

@@ -1,0 +1,147 @@
+"""`EarlyStopping`: stop ``fit`` when a monitored metric stops improving, on every process at the same step."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+
+class EarlyStopping(Callback):
+    """Stop training when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` checks.
+
+    Each process decides from its own ``trainer.callback_metrics`` (the reduced value for metrics logged with
+    ``sync_dist=True``); a stop decided on any process sets ``trainer.should_stop``, which goes through the
+    engine's trigger, so every process stops at the same step.
+
+    Args:
+        monitor: the metric name, as logged.
+        min_delta: the smallest change that counts as an improvement (>= 0; its direction follows ``mode``).
+        patience: checks without improvement before stopping.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        strict: raise when ``monitor`` is missing at a check (else warn once and skip the check).
+        check_finite: stop when the metric becomes NaN or infinite.
+        stopping_threshold: stop as soon as the metric is better than this.
+        divergence_threshold: stop as soon as the metric is worse than this.
+        check_on_train_epoch_end: check at the training epoch's end (``True``) or after each validation run
+            (``False``); ``None``: at the epoch end when validation runs once per epoch or not at all.
+
+    Example:
+        >>> stop = EarlyStopping(monitor="val/loss", patience=2)
+        >>> [stop._evaluate(v)[0] for v in (1.0, 0.5, 0.6, 0.55)]
+        [False, False, False, True]
+    """
+
+    def __init__(self, monitor: str, min_delta: float = 0.0, patience: int = 3, verbose: bool = False,
+                 mode: str = "min", strict: bool = True, check_finite: bool = True,
+                 stopping_threshold: float | None = None, divergence_threshold: float | None = None,
+                 check_on_train_epoch_end: bool | None = None) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"EarlyStopping(monitor=...) must be a logged metric name. Received: {monitor!r}.")
+        if mode not in ("min", "max"):
+            raise ValueError(f"EarlyStopping(mode=...) must be 'min' or 'max'. Received: {mode!r}.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"EarlyStopping(patience=...) must be an int >= 0. Received: {patience!r}.")
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
+            raise ValueError(f"EarlyStopping(min_delta=...) must be a number >= 0 (mode={mode!r} sets the direction). "
+                             f"Received: {min_delta!r}.")
+        for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"EarlyStopping({name}=...) must be a number or None. Received: {value!r}.")
+        self.monitor = monitor
+        self.min_delta = float(min_delta)
+        self.patience = patience
+        self.verbose = verbose
+        self.mode = mode
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = math.inf if mode == "min" else -math.inf
+        self.stopping_reason: str | None = None
+        self._fitting = False
+        self._check_at_epoch_end = False
+        self._warned_missing = False
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
+
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._fitting = stage == "fit"
+        if self.check_on_train_epoch_end is not None:
+            self._check_at_epoch_end = self.check_on_train_epoch_end
+        else:
+            interval = trainer.val_check_interval
+            once_per_epoch = isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
+            self._check_at_epoch_end = once_per_epoch or not trainer.val_dataloaders
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:
+            self._check(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._fitting and self._check_at_epoch_end:
+            self._check(trainer)
+
+    def _check(self, trainer: Trainer) -> None:
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            message = (f"EarlyStopping(monitor={self.monitor!r}) found no such metric. Logged metrics: "
+                       f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, ...) or change monitor")
+            if self.strict:
+                raise RuntimeError(message + " (or pass strict=False to skip checks without it).")
+            if not self._warned_missing:
+                self._warned_missing = True
+                warnings.warn(message + "; skipping the check.", UserWarning, stacklevel=2)
+            return
+        value = metrics[self.monitor]
+        current = float(value.item() if isinstance(value, torch.Tensor) else value)
+        stop, reason = self._evaluate(current)
+        if stop:
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason
+            trainer.should_stop = True  # through the engine's trigger: every process stops at the same step
+        if reason and self.verbose:
+            print(f"[rank {trainer.global_rank}] EarlyStopping: {reason}")
+
+    def _evaluate(self, current: float) -> tuple[bool, str | None]:
+        """(stop?, why) for the metric's new value; updates ``best_score`` and ``wait_count``."""
+        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
+        delta = -self.min_delta if self.mode == "min" else self.min_delta
+        if self.check_finite and not math.isfinite(current):
+            return True, (f"{self.monitor} = {current} is not finite; the best value was {self.best_score:.6g}. "
+                          "Stopping.")
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            return True, f"{self.monitor} = {current:.6g} reached stopping_threshold={self.stopping_threshold}."
+        if self.divergence_threshold is not None and better(self.divergence_threshold, current):
+            return True, (f"{self.monitor} = {current:.6g} is worse than divergence_threshold="
+                          f"{self.divergence_threshold}. Stopping.")
+        if better(current, self.best_score + delta) and math.isfinite(current):
+            improved_from, self.best_score, self.wait_count = self.best_score, current, 0
+            return False, f"{self.monitor} improved from {improved_from:.6g} to {current:.6g}."
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} "
+                          f"checks; the best value was {self.best_score:.6g}. Stopping.")
+        return False, None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
+                "patience": self.patience}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = float(state_dict["best_score"])
+        self.patience = int(state_dict["patience"])

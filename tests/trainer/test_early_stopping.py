@@ -1,0 +1,74 @@
+"""EarlyStopping: when it stops, its checks on arguments and metrics, and its state across a resume."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from callbacks import EarlyStopping
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import Trainer
+
+SCORES = [1.0, 0.8, 0.79, 0.85, 0.9, 0.95, 0.5, 0.4]  # one validation value per epoch
+
+
+class Scored(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val/loss", SCORES[self.trainer.current_epoch])
+
+
+def _fit(callback: EarlyStopping, max_epochs: int = len(SCORES), ckpt_path: str | None = None,
+         **kwargs: Any) -> Trainer:
+    trainer = Trainer(**QUIET, max_epochs=max_epochs, callbacks=[callback], **kwargs)
+    trainer.fit(Scored(), data(n=8), data(n=4), ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_stops_after_patience_checks_without_improvement() -> None:
+    stop = EarlyStopping(monitor="val/loss", patience=3)
+    trainer = _fit(stop)
+    # 0.79 at epoch 2 is the best; epochs 3, 4, 5 do not improve: stop at the end of epoch 5.
+    assert trainer.current_epoch == 6 and stop.stopped_epoch == 5 and stop.best_score == pytest.approx(0.79)
+    assert "did not improve by more than 0.0 for 3 checks" in (stop.stopping_reason or "")
+    # min_delta: 0.79 is no real improvement on 0.8, so the patience runs out an epoch earlier.
+    assert _fit(EarlyStopping(monitor="val/loss", patience=3, min_delta=0.05)).current_epoch == 5
+
+
+def test_thresholds_and_non_finite_values() -> None:
+    assert _fit(EarlyStopping(monitor="val/loss", stopping_threshold=0.85)).current_epoch == 2  # 0.8 < 0.85
+    diverged = EarlyStopping(monitor="val/loss", divergence_threshold=0.92, patience=9)
+    assert _fit(diverged).current_epoch == 1 and "worse than divergence_threshold=0.92" in str(diverged.stopping_reason)
+    stop = EarlyStopping(monitor="val/loss")
+    assert stop._evaluate(math.nan) == (True, "val/loss = nan is not finite; the best value was inf. Stopping.")
+    assert EarlyStopping(monitor="val/loss", check_finite=False)._evaluate(math.nan)[0] is False
+
+
+def test_state_survives_a_resume(tmp_path: Any) -> None:
+    first = EarlyStopping(monitor="val/loss", patience=3)
+    trainer = _fit(first, max_epochs=4)  # epochs 3 did not improve: wait_count 1
+    path = str(tmp_path / "ckpt")
+    trainer.save_checkpoint(path)
+    resumed = EarlyStopping(monitor="val/loss", patience=3)
+    assert _fit(resumed, ckpt_path=path).current_epoch == 6  # stops where the uninterrupted run stops
+    assert resumed.best_score == pytest.approx(0.79) and resumed.stopped_epoch == 5
+
+
+def test_a_missing_monitor_names_the_logged_metrics() -> None:
+    with pytest.raises(RuntimeError, match=r"monitor='val/acc'\) found no such metric. Logged metrics: \['train/loss'"
+                                           r", 'val/loss'\]"):
+        _fit(EarlyStopping(monitor="val/acc"))
+    with pytest.warns(UserWarning, match="skipping the check"):
+        assert _fit(EarlyStopping(monitor="val/acc", strict=False), max_epochs=2).current_epoch == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"monitor": "m", "mode": "auto"}, r"mode=...\) must be 'min' or 'max'. Received: 'auto'"),
+    ({"monitor": ""}, r"monitor=...\) must be a logged metric name"),
+    ({"monitor": "m", "patience": -1}, r"patience=...\) must be an int >= 0. Received: -1"),
+    ({"monitor": "m", "min_delta": -0.1}, r"min_delta=...\) must be a number >= 0"),
+])
+def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EarlyStopping(**kwargs)

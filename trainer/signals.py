@@ -1,0 +1,97 @@
+"""Preemption signals: a handler that only raises a flag, acted on by the trainer at the next step boundary.
+
+Work in a signal handler is unsafe (it interrupts arbitrary code, possibly inside a collective or a checkpoint
+write), so the handler records the signal and returns; the trainer checks the flag where all processes meet.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterable
+from types import FrameType
+from typing import Any
+
+DEFAULT_SIGNALS: tuple[int, ...] = (signal.SIGTERM,)
+DEFAULT_EXIT_CODE = 128 + signal.SIGTERM  # 143: what a process ended by SIGTERM reports
+
+
+class Preempted(SystemExit):
+    """Raised by ``Trainer.fit`` after a preemption signal: the checkpoint is written and trackers finished.
+
+    A ``SystemExit``, so an uncaught one ends the script with ``code`` (``Trainer(preemption_exit_code=...)``)
+    and ``except Exception`` blocks let it through.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_signals(signals: Any) -> tuple[int, ...]:
+    """``Trainer(preemption_signals=...)`` as a tuple of signal numbers (``None`` or ``()``: no handler)."""
+    if signals is None:
+        return ()
+    items = [signals] if isinstance(signals, (int, str)) else list(signals)
+    result = []
+    for item in items:
+        try:
+            number = signal.Signals[item] if isinstance(item, str) else signal.Signals(item)
+        except (KeyError, ValueError):
+            raise ValueError(f"Trainer(preemption_signals=...) takes signal numbers or names such as "
+                             f"signal.SIGTERM or 'SIGUSR1'. Received: {item!r}.") from None
+        if number in (signal.SIGKILL, signal.SIGSTOP):
+            raise ValueError(f"Trainer(preemption_signals=...) cannot handle {number.name}: no process can catch it.")
+        result.append(int(number))
+    return tuple(dict.fromkeys(result))
+
+
+class PreemptionHandler:
+    """Installs a flag-only handler for ``signals`` while a ``with`` block runs; restores the old handlers after.
+
+    A signal that arrived but was not acted on inside the block (e.g. during the last epoch's end hooks) is
+    re-raised on exit with the old handler in place, so it is never silently swallowed. Handlers can only be
+    installed from the main thread; elsewhere the block runs without them.
+
+    Example:
+        >>> import os
+        >>> handler = PreemptionHandler([signal.SIGUSR1])
+        >>> with handler:
+        ...     os.kill(os.getpid(), signal.SIGUSR1)
+        ...     handler.received, handler.consume()
+        ('SIGUSR1', 'SIGUSR1')
+    """
+
+    def __init__(self, signals: Iterable[int]) -> None:
+        self.signals = tuple(signals)
+        self.received: str | None = None
+        self._pending: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Only a flag: the trainer saves and exits at the next step boundary, where every process meets.
+        self.received = signal.Signals(signum).name
+        self._pending = signum
+
+    def consume(self) -> str | None:
+        """The signal's name if one arrived (it is then handled by the caller, not re-raised on exit)."""
+        self._pending = None
+        return self.received
+
+    def __enter__(self) -> PreemptionHandler:  # noqa: PYI034 - a final class in practice
+        self.received, self._pending = None, None
+        if self.signals and threading.current_thread() is threading.main_thread():
+            for number in self.signals:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+        pending, self._pending = self._pending, None
+        if pending is not None and exc_info[0] is None:
+            signal.raise_signal(pending)  # the old handler (by default: end the process) gets it now
