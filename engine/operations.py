@@ -46,18 +46,26 @@ def recursively_apply(func: Callable[..., Any], data: Any, *args: Any, test_type
 
 def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bool = False,
                    skip_keys: list[str] | str | None = None) -> Any:
-    """Move every tensor (or object with ``.to``) in a nested structure to ``device``."""
+    """Move every tensor (or object with ``.to``) in a nested structure to ``device``.
+
+    Runs on every batch: tensors are tested first, a tensor already on ``device`` is returned as is, and a
+    list/tuple whose items are all already in place is returned itself (no new container).
+    """
+    if isinstance(data, torch.Tensor):
+        if data.device == device or (data.device.type == "cpu" == getattr(device, "type", None)):
+            return data  # ("cpu:0", the MULTI_CPU device, is the same memory as "cpu")
+        return data.to(device, non_blocking=non_blocking)
     if isinstance(skip_keys, str):
         skip_keys = [skip_keys]
     if isinstance(data, (tuple, list)):
         moved = [send_to_device(t, device, non_blocking, skip_keys) for t in data]
+        if all(m is d for m, d in zip(moved, data)):
+            return data
         return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)
     if isinstance(data, Mapping):
         skip = skip_keys or ()
         return type(data)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
                            for k, v in data.items()})
-    if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=non_blocking)  # a no-op returning `data` when already there
     to = getattr(data, "to", None)
     if callable(to):
         try:
