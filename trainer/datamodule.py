@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
 
 
@@ -57,16 +58,16 @@ class DataModule(HyperparametersMixin):
         """Release what ``setup`` built."""
 
     def train_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define train_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define train_dataloader().")
 
     def val_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define val_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define val_dataloader().")
 
     def test_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define test_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define test_dataloader().")
 
     def predict_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define predict_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define predict_dataloader().")
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (JSON-able values and tensors); empty by default."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
 from trainer.metrics import ReduceFx
 
@@ -147,7 +148,7 @@ class TrainModule(HyperparametersMixin, torch.nn.Module):
     # -- optimisation -----------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         """Return the optimizers and schedulers (any of Lightning's forms, see ``trainer.optim.parse_optimizers``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define configure_optimizers: add e.g. "
+        raise MisconfigurationError(f"{type(self).__name__} does not define configure_optimizers: add e.g. "
                                   "`def configure_optimizers(self): return torch.optim.AdamW(self.parameters())`.")
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
@@ -225,15 +226,15 @@ class TrainModule(HyperparametersMixin, torch.nn.Module):
     # -- steps and data (override what you use) ---------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Return the loss tensor, a dict with a ``"loss"`` key, or ``None`` to skip the batch."""
-        raise NotImplementedError(f"{type(self).__name__} does not define training_step(self, batch, batch_idx).")
+        raise MisconfigurationError(f"{type(self).__name__} does not define training_step(self, batch, batch_idx).")
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """One validation batch; log metrics with ``self.log``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define validation_step(self, batch, batch_idx).")
+        raise MisconfigurationError(f"{type(self).__name__} does not define validation_step(self, batch, batch_idx).")
 
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """One test batch; log metrics with ``self.log``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define test_step(self, batch, batch_idx).")
+        raise MisconfigurationError(f"{type(self).__name__} does not define test_step(self, batch, batch_idx).")
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         """One prediction batch (default: ``self(batch)``)."""
@@ -256,17 +257,17 @@ class TrainModule(HyperparametersMixin, torch.nn.Module):
         """Called at the end of fit / validate / test / predict."""
 
     def train_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define train_dataloader(): pass "
+        raise MisconfigurationError(f"{type(self).__name__} does not define train_dataloader(): pass "
                                   "train_dataloaders= or datamodule= to fit.")
 
     def val_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define val_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define val_dataloader().")
 
     def test_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define test_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define test_dataloader().")
 
     def predict_dataloader(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} does not define predict_dataloader().")
+        raise MisconfigurationError(f"{type(self).__name__} does not define predict_dataloader().")
 
     # -- hooks (see callbacks.base for when each fires) -------------------------------------------------------
     def on_fit_start(self) -> None: ...

@@ -22,6 +22,7 @@ from engine import Accelerator
 from trainer import args as checks
 from trainer.data import limit_batches, loader_length, resolve_loaders, without_shuffle
 from trainer.datamodule import DataModule
+from trainer.errors import MisconfigurationError
 from trainer.hooks import HookTable, overrides
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import StepRouter, TrainModule
@@ -284,7 +285,7 @@ class RunMixin:
         assert module is not None
         step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[kind]
         if kind != "predict" and not overrides(module, TrainModule, step):
-            raise NotImplementedError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
+            raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
                                       "batch_idx).")
         source = {"validate": "val", "test": "test", "predict": "predict"}[kind]
         loaders = resolve_loaders(source, dataloaders, self.datamodule, module)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from engine import Accelerator, gather_object
+from trainer.errors import MisconfigurationError
 from trainer.hooks import HookTable, overrides
 from trainer.metrics import MetricLogger
 from trainer.module import TrainModule
@@ -154,10 +155,10 @@ def check_trainable(module: Any, accumulate: int | None, clip: float | None, on_
                         "model from trainer.TrainModule.")
     name = type(module).__name__
     if not overrides(module, TrainModule, "training_step"):
-        raise NotImplementedError(f"{name} has no training_step: add `def training_step(self, batch, batch_idx)` "
+        raise MisconfigurationError(f"{name} has no training_step: add `def training_step(self, batch, batch_idx)` "
                                   "returning the loss.")
     if not overrides(module, TrainModule, "configure_optimizers"):
-        raise NotImplementedError(f"{name} has no configure_optimizers: add `def configure_optimizers(self): return "
+        raise MisconfigurationError(f"{name} has no configure_optimizers: add `def configure_optimizers(self): return "
                                   "torch.optim.AdamW(self.parameters(), lr=1e-3)`.")
     if not module.automatic_optimization and ((accumulate or 1) > 1 or clip is not None):
         raise ValueError(f"{name} uses manual optimisation, which does its own accumulation and clipping: remove "
