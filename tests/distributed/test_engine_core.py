@@ -69,9 +69,8 @@ def _core_checks(tmp: str) -> dict[str, Any]:
     acc.wait_for_everyone()
     out["order"] = order.read_text()
     local = Path(tmp) / "local.txt"
-    with acc.local_main_process_first():
-        with local.open("a") as f:
-            f.write(str(r))
+    with acc.local_main_process_first(), local.open("a") as f:
+        f.write(str(r))
     acc.wait_for_everyone()
     out["local_order"] = local.read_text()
     # decorators (call time on the Accelerator, decoration time on PartialState)

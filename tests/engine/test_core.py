@@ -200,7 +200,7 @@ def test_optimizer_skips_while_accumulating() -> None:
 
 def test_zero_grad_set_to_none_on_optimizer_without_it() -> None:
     class Plain(torch.optim.Optimizer):
-        def __init__(self, params):  # noqa: ANN001
+        def __init__(self, params):
             super().__init__(params, {})
 
         def zero_grad(self) -> None:  # type: ignore[override]
@@ -208,7 +208,7 @@ def test_zero_grad_set_to_none_on_optimizer_without_it() -> None:
                 for p in g["params"]:
                     p.grad = None
 
-        def step(self, closure=None):  # noqa: ANN001, ANN201
+        def step(self, closure=None):
             return None
 
     acc = Accelerator()
