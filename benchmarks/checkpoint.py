@@ -75,14 +75,12 @@ def build(size_mb: int, project_dir: str) -> tuple[object, torch.nn.Module, torc
     return accelerator, model, optimizer
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=int, default=200, help="model size in MB (AdamW state adds twice that)")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder under the cwd)")
-    args = parser.parse_args()
-    workdir = tempfile.mkdtemp(prefix=".bench-checkpoint-", dir=args.dir or os.getcwd())
-    accelerator, model, optimizer = build(args.size_mb, workdir)
+def measure(size_mb: int, rounds: int, directory: str | None = None
+            ) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Seconds per round of each operation (by name, see the module docstring), and checkpoint sizes in MB
+    (``"plain"``: the ``torch.save`` file, ``"ember"``: the ``save_state`` folder)."""
+    workdir = tempfile.mkdtemp(prefix=".bench-checkpoint-", dir=directory or os.getcwd())
+    accelerator, model, optimizer = build(size_mb, workdir)
     plain = os.path.join(workdir, "plain.pt")
     counter = iter(range(10**9))
     saved: list[str] = []
@@ -111,7 +109,7 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in ops}
     try:
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for name, op in ops.items():
                 # Start every timed operation with no dirty pages pending, so none pays for another's write-back.
                 os.sync()
@@ -119,8 +117,16 @@ def main() -> None:
         sizes = {"plain": _folder_bytes(plain), "ember": _folder_bytes(saved[-1])}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    return times, {kind: size / 2**20 for kind, size in sizes.items()}
 
-    mb = {kind: size / 2**20 for kind, size in sizes.items()}
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=200, help="model size in MB (AdamW state adds twice that)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder under the cwd)")
+    args = parser.parse_args()
+    times, mb = measure(args.size_mb, args.rounds, args.dir)
     median = {name: statistics.median(samples) for name, samples in times.items()}
     print(f"checkpoint: {mb['ember']:.0f} MB (model {args.size_mb} MB + AdamW state), {args.rounds} rounds, "
           f"medians, torch {torch.__version__}, {os.cpu_count()} CPUs")

@@ -55,11 +55,18 @@ def _first_batch_seconds(loader: DataLoader) -> tuple[float, Any]:
     return time.perf_counter() - start, batch
 
 
-def resume_cost(rounds: int) -> None:
-    print(f"(a) restore at batch {RESUME_AT:,} of a {SAMPLES:,}-sample epoch, then fetch one batch (median of "
-          f"{rounds})")
+def resume_cost(rounds: int) -> list[dict[str, float]]:
+    """For one process (batch 8) and rank 0 of 2 (batch 4): median seconds of a fresh loader's first batch
+    (``fresh``), of a restore at ``RESUME_AT`` plus its first batch (``resumed``), and of reaching that batch by
+    iterating (``walk``, timed once: what a loader without a saved position costs)."""
+    results = []
     for procs, batch_size in ((1, 8), (2, 4)):
-        saved = _prepared(batch_size, procs).state_dict()
+        # A real mid-epoch state (it holds the epoch's shuffling seed), moved to batch RESUME_AT.
+        source = _prepared(batch_size, procs)
+        batches = iter(source)
+        next(batches)
+        saved = source.state_dict()
+        del batches
         saved["batches_yielded"] = RESUME_AT
         expected = None
         fresh_times, resumed_times = [], []
@@ -75,12 +82,13 @@ def resume_cost(rounds: int) -> None:
         # The resumed batch is the one an uninterrupted epoch yields there (checked once: it is slow to walk).
         loader = _prepared(batch_size, procs)
         loader.load_state_dict({**saved, "batches_yielded": 0})
+        start = time.perf_counter()
         walked = next(b for i, b in enumerate(loader) if i == RESUME_AT)
+        walk = time.perf_counter() - start
         assert torch.equal(walked, expected), "resumed batch differs from the uninterrupted one"
-        fresh, resumed = statistics.median(fresh_times), statistics.median(resumed_times)
-        print(f"  {procs} process(es), batch {batch_size}: fresh first batch {fresh * 1e3:7.1f} ms | restored at "
-              f"{RESUME_AT:,} + first batch {resumed * 1e3:7.1f} ms | cost of the skip {(resumed - fresh) * 1e3:6.1f}"
-              " ms")
+        results.append({"processes": procs, "batch_size": batch_size, "fresh": statistics.median(fresh_times),
+                        "resumed": statistics.median(resumed_times), "walk": walk})
+    return results
 
 
 def _epoch_time(loader: DataLoader) -> float:
@@ -90,8 +98,9 @@ def _epoch_time(loader: DataLoader) -> float:
     return time.perf_counter() - start
 
 
-def per_batch_overhead(rounds: int, batches: int) -> None:
-    print(f"(b) per-batch time, num_workers=0, {batches} batches per epoch, median of {rounds} interleaved rounds")
+def per_batch_overhead(rounds: int, batches: int) -> dict[str, dict[str, float]]:
+    """Median microseconds per batch of a raw and a prepared loader, by dataset then loader kind."""
+    results: dict[str, dict[str, float]] = {}
     for name, dataset, batch_size in (
         ("list of ints, batch 32", list(range(batches * 32)), 32),
         ("TensorDataset (32 floats + label), batch 64", TensorDataset(torch.randn(batches * 64, 32),
@@ -110,12 +119,8 @@ def per_batch_overhead(rounds: int, batches: int) -> None:
         for _ in range(rounds):
             for key, loader in loaders.items():
                 times[key].append(_epoch_time(loader) / batches * 1e6)
-        base = statistics.median(times["raw DataLoader"])
-        print(f"  {name}:")
-        for key, values in times.items():
-            median = statistics.median(values)
-            extra = "" if key == "raw DataLoader" else f"  (+{median - base:5.2f} us)"
-            print(f"    {key:24s} {median:8.2f} us/batch{extra}")
+        results[name] = {key: statistics.median(values) for key, values in times.items()}
+    return results
 
 
 def main() -> None:
@@ -124,8 +129,20 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3000)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    resume_cost(args.rounds)
-    per_batch_overhead(args.rounds, args.batches)
+    print(f"(a) restore at batch {RESUME_AT:,} of a {SAMPLES:,}-sample epoch, then fetch one batch (median of "
+          f"{args.rounds})")
+    for r in resume_cost(args.rounds):
+        print(f"  {r['processes']} process(es), batch {r['batch_size']}: fresh first batch {r['fresh'] * 1e3:7.1f} ms"
+              f" | restored at {RESUME_AT:,} + first batch {r['resumed'] * 1e3:7.1f} ms | cost of the skip "
+              f"{(r['resumed'] - r['fresh']) * 1e3:6.1f} ms (iterating there: {r['walk']:.2f} s)")
+    print(f"(b) per-batch time, num_workers=0, {args.batches} batches per epoch, median of {args.rounds} "
+          "interleaved rounds")
+    for name, medians in per_batch_overhead(args.rounds, args.batches).items():
+        base = medians["raw DataLoader"]
+        print(f"  {name}:")
+        for key, median in medians.items():
+            extra = "" if key == "raw DataLoader" else f"  (+{median - base:5.2f} us)"
+            print(f"    {key:24s} {median:8.2f} us/batch{extra}")
 
 
 if __name__ == "__main__":

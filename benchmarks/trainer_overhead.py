@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import statistics
 import subprocess
@@ -118,22 +119,86 @@ class TrainerLoop:
         return self.timer.seconds
 
 
+class LightningLoop:
+    """``TrainerLoop`` with Lightning's Trainer (when installed): the same module, CSVLogger, one epoch per call.
+
+    Lightning's progress bar is off: its tqdm bar redraws every batch even when stdout is not a terminal, which
+    would charge it for output that Ember's bar (one line per epoch there) does not write.
+    """
+
+    def __init__(self, log_every_n_steps: int = 50) -> None:
+        import logging
+        import warnings
+
+        import lightning.pytorch as pl  # type: ignore[import-not-found]
+        from lightning.pytorch.loggers import CSVLogger  # type: ignore[import-not-found]
+
+        logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # "GPU available: ..." and the like
+        warnings.filterwarnings("ignore", module="lightning")  # e.g. "consider increasing num_workers"
+
+        class Classifier(pl.LightningModule):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = _model()
+
+            def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+                x, y = batch
+                loss = torch.nn.functional.cross_entropy(self.net(x), y)
+                self.log("loss", loss)
+                return loss
+
+            def configure_optimizers(self) -> torch.optim.Optimizer:
+                return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        class EpochTimer(pl.Callback):  # type: ignore[misc]
+            seconds = 0.0
+
+            def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+                self.started = time.perf_counter()
+
+            def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+                self.seconds = time.perf_counter() - self.started
+
+        self.timer = EpochTimer()
+        self.folder = tempfile.TemporaryDirectory(prefix="ember-bench-")
+        self.trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=0, logger=CSVLogger(self.folder.name),
+                                  enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+                                  num_sanity_val_steps=0, log_every_n_steps=log_every_n_steps,
+                                  callbacks=[self.timer])
+        self.module = Classifier()
+        self.data = _data()
+
+    def run_steps(self, steps: int) -> float:
+        """Seconds for one epoch of ``steps`` steps."""
+        self.trainer.fit_loop.max_epochs += 1
+        self.trainer.fit(self.module, DataLoader(_Cycle(self.data, steps), batch_size=None))
+        return self.timer.seconds
+
+
 TRAINER_VARIANTS: dict[str, Callable[[], Any]] = {
     "raw + DataLoader": RawLoaderLoop,
     "trainer": TrainerLoop,
     "trainer, tracker every step": lambda: TrainerLoop(log_every_n_steps=1),
 }
+if importlib.util.find_spec("lightning") is not None:
+    TRAINER_VARIANTS["lightning"] = LightningLoop
 
 
-def import_overhead(rounds: int) -> tuple[float, float]:
-    """Median wall seconds of ``python -c "import torch"`` and of ``python -c "import trainer"``."""
-    times: dict[str, list[float]] = {"torch": [], "trainer": []}
+def import_times(modules: list[str], rounds: int) -> dict[str, float]:
+    """Median wall seconds of ``python -c "import <module>"`` for each module, in interleaved fresh interpreters."""
+    times: dict[str, list[float]] = {name: [] for name in modules}
     for _ in range(rounds):
         for name, samples in times.items():
             start = time.perf_counter()
             subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, check=True)
             samples.append(time.perf_counter() - start)
-    return statistics.median(times["torch"]), statistics.median(times["trainer"])
+    return {name: statistics.median(samples) for name, samples in times.items()}
+
+
+def import_overhead(rounds: int) -> tuple[float, float]:
+    """Median wall seconds of ``python -c "import torch"`` and of ``python -c "import trainer"``."""
+    times = import_times(["torch", "trainer"], rounds)
+    return times["torch"], times["trainer"]
 
 
 def main() -> None:
