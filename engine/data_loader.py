@@ -84,6 +84,8 @@ class DataLoaderShard(_PreparedLoader):
         start = self._start_pass(self._rank)
         self._pass = token = object()
         device, non_blocking = self.device, self._non_blocking
+        # DataLoader.__setattr__ costs ~1.5 us per assignment: the per-batch counter is bumped in __dict__ directly.
+        attrs = self.__dict__
         try:
             if self._is_iterable:
                 batches = DataLoader.__iter__(self)
@@ -100,7 +102,7 @@ class DataLoaderShard(_PreparedLoader):
                         self.end_of_dataloader = True
                     if device is not None:
                         batch = send_to_device(batch, device, non_blocking=non_blocking)
-                    self._batches_yielded += 1
+                    attrs["_batches_yielded"] += 1
                     yield batch
             else:
                 current = next(batches, _END)
@@ -108,13 +110,13 @@ class DataLoaderShard(_PreparedLoader):
                     if device is not None:
                         current = send_to_device(current, device, non_blocking=non_blocking)
                     for upcoming in batches:
-                        self._batches_yielded += 1
+                        attrs["_batches_yielded"] += 1
                         yield current
                         current = upcoming
                         if device is not None:
                             current = send_to_device(current, device, non_blocking=non_blocking)
                     self.end_of_dataloader = True
-                    self._batches_yielded += 1
+                    attrs["_batches_yielded"] += 1
                     yield current
             self._finish_pass()
         finally:

@@ -51,9 +51,11 @@ class GradientState:
         plugin = self._record.plugin
         return {"num_steps": plugin.num_steps, **plugin.to_kwargs()}
 
+    # The properties read on every step go to the shared record directly (falling back to `_record`, which
+    # creates it): each saved attribute lookup is a few hundred nanoseconds per training step.
     @property
     def num_steps(self) -> int:
-        return self._record.plugin.num_steps
+        return (GradientState._shared or self._record).plugin.num_steps
 
     @num_steps.setter
     def num_steps(self, value: int) -> None:
@@ -73,14 +75,14 @@ class GradientState:
 
     @property
     def sync_gradients(self) -> bool:
-        return self._record.sync_gradients
+        return (GradientState._shared or self._record).sync_gradients
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
-        self._record.sync_gradients = sync_gradients
+        (GradientState._shared or self._record).sync_gradients = sync_gradients
 
     @property
     def active_dataloader(self) -> Any:
-        ref = self._record.active_dataloader
+        ref = (GradientState._shared or self._record).active_dataloader
         return ref() if ref is not None else None
 
     @property
