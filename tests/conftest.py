@@ -60,6 +60,10 @@ def _child(module: str, qualname: str, rank: int, env: dict[str, str], sys_path:
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        # DDP wrappers that outlive the group would free it during interpreter shutdown, which can abort.
+        parallel = sys.modules.get("engine.parallel")
+        if parallel is not None:
+            parallel.release_ddp_wrappers()
 
 
 def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = DEFAULT_TIMEOUT_S,
