@@ -4,8 +4,8 @@ unwrapping it again."""
 from __future__ import annotations
 
 import contextlib
-import weakref
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +14,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from engine.config import DistributedDataParallelKwargs
 from engine.state import DistributedType, PartialState
-
 
 # Every DDP wrapper made here, so that destroying the process group can release their hold on it.
 _DDP_WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
