@@ -108,8 +108,8 @@ class FullyShardedDataParallelPlugin:
 
     def __post_init__(self) -> None:
         if self.fsdp_version != 2:
-            raise NotImplementedError(f"FullyShardedDataParallelPlugin(fsdp_version={self.fsdp_version!r}): Ember "
-                                      "implements FSDP2 (torch.distributed.fsdp.fully_shard) only; use 2.")
+            raise NotImplementedError(f"FullyShardedDataParallelPlugin(fsdp_version={self.fsdp_version!r}) is not supported: "
+                                      "Ember implements FSDP2 (torch.distributed.fsdp.fully_shard) only; use 2.")
         names = self.transformer_cls_names_to_wrap
         if isinstance(names, str):
             names = [n.strip() for n in names.split(",") if n.strip()]
