@@ -5,11 +5,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from trainer.errors import MisconfigurationError
+from trainer.data_hooks import DataHooks
 from trainer.hparams import HyperparametersMixin
 
 
-class DataModule(HyperparametersMixin):
+class DataModule(DataHooks, HyperparametersMixin):
     """Groups the data of a run: ``prepare_data`` once per machine, ``setup(stage)`` on every process, loaders.
 
     Override the ``*_dataloader`` methods you use; the trainer only calls those that are overridden.
@@ -47,27 +47,6 @@ class DataModule(HyperparametersMixin):
         state = dict(self.__dict__)
         state["_trainer_ref"] = None  # a weakref cannot be pickled
         return state
-
-    def prepare_data(self) -> None:
-        """Download or write data to disk; runs on one process per machine, before ``setup``."""
-
-    def setup(self, stage: str) -> None:
-        """Build datasets; runs on every process with ``stage`` in ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``."""
-
-    def teardown(self, stage: str) -> None:
-        """Release what ``setup`` built."""
-
-    def train_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define train_dataloader().")
-
-    def val_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define val_dataloader().")
-
-    def test_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define test_dataloader().")
-
-    def predict_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define predict_dataloader().")
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (JSON-able values and tensors); empty by default."""

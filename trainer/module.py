@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
 from trainer.metrics import ReduceFx
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-class TrainModule(HyperparametersMixin, torch.nn.Module):
+class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     """A model plus how to train it: steps, ``configure_optimizers``, hooks and ``self.log``.
 
     A ``LightningModule`` that uses the common subset runs after swapping its base class for this one. The
@@ -246,28 +247,6 @@ class TrainModule(HyperparametersMixin, torch.nn.Module):
     def configure_callbacks(self) -> Any:
         """Callbacks this module needs, added to the trainer's (replacing ones of the same class)."""
         return []
-
-    def prepare_data(self) -> None:
-        """Download / write data; runs on the local main process only, before ``setup``."""
-
-    def setup(self, stage: str) -> None:
-        """Called at the start of fit / validate / test / predict on every process."""
-
-    def teardown(self, stage: str) -> None:
-        """Called at the end of fit / validate / test / predict."""
-
-    def train_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define train_dataloader(): pass "
-                                  "train_dataloaders= or datamodule= to fit.")
-
-    def val_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define val_dataloader().")
-
-    def test_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define test_dataloader().")
-
-    def predict_dataloader(self) -> Any:
-        raise MisconfigurationError(f"{type(self).__name__} does not define predict_dataloader().")
 
     # -- hooks (see callbacks.base for when each fires) -------------------------------------------------------
     def on_fit_start(self) -> None: ...

@@ -1,0 +1,41 @@
+"""`DataHooks`: the data methods a `TrainModule` and a `DataModule` share (Lightning's ``DataHooks``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.errors import MisconfigurationError
+
+
+class DataHooks:
+    """``prepare_data`` / ``setup`` / ``teardown`` and the four ``*_dataloader`` methods.
+
+    The trainer only calls a ``*_dataloader`` method that a subclass defines; calling one that is not defined
+    raises with what to do instead.
+    """
+
+    def prepare_data(self) -> None:
+        """Download or write data to disk; runs on one process per machine (the local main), before ``setup``."""
+
+    def setup(self, stage: str) -> None:
+        """Build datasets / state; runs on every process with ``stage`` in ``"fit"``, ``"validate"``, ``"test"``,
+        ``"predict"``."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what ``setup`` built; called at the end of fit / validate / test / predict."""
+
+    def _missing(self, method: str, argument: str) -> MisconfigurationError:
+        return MisconfigurationError(f"{type(self).__name__} does not define {method}(): define it, or pass "
+                                     f"{argument}= (or datamodule=) to the trainer.")
+
+    def train_dataloader(self) -> Any:
+        raise self._missing("train_dataloader", "train_dataloaders")
+
+    def val_dataloader(self) -> Any:
+        raise self._missing("val_dataloader", "val_dataloaders")
+
+    def test_dataloader(self) -> Any:
+        raise self._missing("test_dataloader", "dataloaders")
+
+    def predict_dataloader(self) -> Any:
+        raise self._missing("predict_dataloader", "dataloaders")
