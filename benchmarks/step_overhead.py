@@ -48,44 +48,35 @@ def make_raw() -> StepFn:
     return step
 
 
+def _accelerator_loop(accelerator: Any) -> StepFn:
+    """The quicktour step through an engine or Accelerate ``Accelerator`` (same code for both)."""
+    model, data = _model(), _data()
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        with accelerator.accumulate(model):
+            loss = loss_fn(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+    return step
+
+
 def make_engine() -> StepFn:
     from engine import Accelerator, AcceleratorState, GradientState
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    accelerator = Accelerator(cpu=True)
-    model, data = _model(), _data()
-    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
-    loss_fn = torch.nn.functional.cross_entropy
-
-    def step(i: int) -> None:
-        x, y = data[i % len(data)]
-        with accelerator.accumulate(model):
-            loss = loss_fn(model(x), y)
-            accelerator.backward(loss)
-            opt.step()
-            opt.zero_grad()
-
-    return step
+    return _accelerator_loop(Accelerator(cpu=True))
 
 
 def make_accelerate() -> StepFn:
     from accelerate import Accelerator  # type: ignore[import-not-found]
 
-    accelerator = Accelerator(cpu=True)
-    model, data = _model(), _data()
-    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
-    loss_fn = torch.nn.functional.cross_entropy
-
-    def step(i: int) -> None:
-        x, y = data[i % len(data)]
-        with accelerator.accumulate(model):
-            loss = loss_fn(model(x), y)
-            accelerator.backward(loss)
-            opt.step()
-            opt.zero_grad()
-
-    return step
+    return _accelerator_loop(Accelerator(cpu=True))
 
 
 VARIANTS: dict[str, Callable[[], Any]] = {"raw": make_raw, "engine": make_engine}
