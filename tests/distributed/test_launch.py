@@ -147,11 +147,19 @@ def test_single_node_run_uses_config_file_and_flags(workspace: dict[str, Any]) -
 
 def test_two_nodes_rendezvous_and_match_the_single_node_run(workspace: dict[str, Any]) -> None:
     root, env = workspace["root"], workspace["env"]
-    endpoint = f"127.0.0.1:{free_port()}"
-    nodes = [_ember("launch", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
-                    "--rdzv-endpoint", endpoint, "--mixed-precision", "bf16", "train.py", "multi", str(STEPS),
-                    env=env, cwd=root) for rank in range(2)]
-    results = [_finish(node) for node in nodes]
+    for attempt in range(2):
+        endpoint = f"127.0.0.1:{free_port()}"
+        nodes = [_ember("launch", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
+                        "--rdzv-endpoint", endpoint, "--mixed-precision", "bf16", "train.py", "multi", str(STEPS),
+                        env=env, cwd=root) for rank in range(2)]
+        results = [_finish(node) for node in nodes]
+        # Both "nodes" share one host here, so both torchrun agents match the endpoint's hostname and race for
+        # the rendezvous store; rarely (about 1 run in 10 on a busy machine) an agent loses its store connection
+        # at the end of the run (RendezvousConnectionError inside torch.distributed.elastic). Only that
+        # launcher-level failure is retried, once; any other failure fails the test at once.
+        if all(code == 0 for code, _ in results) or not any(
+                "RendezvousConnectionError" in output for _, output in results):
+            break
     assert [code for code, _ in results] == [0, 0], "\n".join(output for _, output in results)
     ranks = _ranks(root / "multi")
     assert [r["WORLD_SIZE"] for r in ranks] == ["2", "2"] and [r["LOCAL_WORLD_SIZE"] for r in ranks] == ["1", "1"]
