@@ -46,8 +46,17 @@ def example(name: str, *args: str) -> list[str]:
 
 
 def committed_checkpoints(folder: Path) -> list[Path]:
-    """Checkpoint folders under ``folder`` whose save completed (a manifest, not in a ``.tmp-`` folder)."""
-    return [p.parent for p in folder.rglob("manifest.json") if not any(s.startswith(".tmp-") for s in p.parts)]
+    """Checkpoint folders under ``folder`` whose save completed (a manifest, not in a ``.tmp-`` folder).
+
+    Walks by hand, skipping ``.tmp-`` folders and tolerating folders that vanish meanwhile: a running example
+    renames its temporary folder into place while this polls (``Path.rglob`` would raise on that).
+    """
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".tmp-")]
+        if "manifest.json" in files:
+            found.append(Path(root))
+    return found
 
 
 def test_digits_trains_tests_plots_and_resumes(tmp_path: Path) -> None:
