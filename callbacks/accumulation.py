@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
 
 from callbacks.base import Callback
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+from callbacks.protocols import TrainerView
 
 
 class GradientAccumulationScheduler(Callback):
@@ -39,7 +37,7 @@ class GradientAccumulationScheduler(Callback):
                 factor = value
         return factor
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         if stage != "fit":
             return
         if not module.automatic_optimization:
@@ -50,6 +48,7 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate_grad_batches={given}) conflicts with GradientAccumulationScheduler"
                              f"({self.scheduling}): drop one of them.")
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
-        # The trainer applies its accumulate_grad_batches to the engine right after this hook.
+    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        # A documented setter: the trainer reads the factor at every batch when it decides the accumulation
+        # window, so the new value holds from this epoch's first batch whatever runs after this hook.
         trainer.accumulate_grad_batches = self.factor(trainer.current_epoch)

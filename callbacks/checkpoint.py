@@ -15,16 +15,14 @@ import re
 import time
 import warnings
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from callbacks.base import Callback
+from callbacks.protocols import TrainerView
 from engine import broadcast_object_list
 from engine import checkpointing as folders
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
 
 _GROUP = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")  # "{name}" or "{name:spec}"; names may hold "/" and "."
 
@@ -181,19 +179,19 @@ class ModelCheckpoint(Callback):
         return os.path.join(self.dirpath or "", name)
 
     # -- hooks ------------------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._fitting = stage == "fit" and not trainer.fast_dev_run
         self._seen_everything = False
         if self.dirpath is None:
             self.dirpath = trainer.default_checkpoint_dir
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._last_time, self._requested = time.monotonic(), False
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
         self._validated = False
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
         if not self._fitting or step == self._last_global_step_saved:
@@ -204,11 +202,11 @@ class ModelCheckpoint(Callback):
         if due:
             self._request(trainer, "step")
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if self.monitor is not None:
             self._before_validation = trainer.callback_metrics.get(self.monitor)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if not self._fitting or trainer.sanity_checking:
             return
         self._validated = self._seen_everything = True
@@ -218,12 +216,12 @@ class ModelCheckpoint(Callback):
         if self._epoch_due(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "validation")
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._seen_everything = True
         if self._fitting and self._epoch_due(trainer) and self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "epoch")
 
-    def save_now(self, trainer: Trainer, reason: str = "interrupt") -> None:
+    def save_now(self, trainer: TrainerView, reason: str = "interrupt") -> None:
         """Save the current position as the last checkpoint (kept until the next save), unranked.
 
         The trainer calls it at a boundary on preemption and at ``max_time``, so ``ckpt_path="last"`` resumes
@@ -232,10 +230,10 @@ class ModelCheckpoint(Callback):
         self._save(trainer, None, trainer.current_epoch, trainer.global_step, keep_as_last=True)
 
     # -- deciding -----------------------------------------------------------------------------------------------
-    def _epoch_due(self, trainer: Trainer) -> bool:
+    def _epoch_due(self, trainer: TrainerView) -> bool:
         return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
 
-    def _saves_on_train_epoch_end(self, trainer: Trainer) -> bool:
+    def _saves_on_train_epoch_end(self, trainer: TrainerView) -> bool:
         if self.save_on_train_epoch_end is not None:
             return self.save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
@@ -245,13 +243,13 @@ class ModelCheckpoint(Callback):
         # Validation once per epoch runs just before the epoch's end; several times per epoch: after each.
         return isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0
 
-    def _time_is_up(self, trainer: Trainer) -> bool:
+    def _time_is_up(self, trainer: TrainerView) -> bool:
         up = [time.monotonic() - self._last_time >= (self._train_time_interval or 0.0)]
         if trainer.world_size > 1:
             broadcast_object_list(up)  # process 0's clock decides: every process must save together
         return bool(up[0])
 
-    def _request(self, trainer: Trainer, kind: str) -> None:
+    def _request(self, trainer: TrainerView, kind: str) -> None:
         """Ask for a save at the next boundary (once), with the epoch and step of now for the name."""
         if self._requested:
             return
@@ -259,14 +257,14 @@ class ModelCheckpoint(Callback):
         epoch, step = trainer.current_epoch, trainer.global_step
         trainer.run_at_boundary(lambda: self._save_at_boundary(trainer, kind, epoch, step))
 
-    def _save_at_boundary(self, trainer: Trainer, kind: str, epoch: int, step: int) -> None:
+    def _save_at_boundary(self, trainer: TrainerView, kind: str, epoch: int, step: int) -> None:
         self._requested = False
         if trainer.global_step == self._last_global_step_saved:
             return  # these weights are saved already
         stale = kind == "step" and self._monitor_from_validation and not self._validated
         self._save(trainer, self._score(trainer, stale), epoch, step, keep_as_last=bool(self.save_last))
 
-    def _score(self, trainer: Trainer, stale: bool) -> float | None:
+    def _score(self, trainer: TrainerView, stale: bool) -> float | None:
         """The monitored value, process 0's on every process (they must rank alike), or None if stale."""
         if self.monitor is None:
             return None
@@ -309,7 +307,7 @@ class ModelCheckpoint(Callback):
         return kept
 
     # -- saving and rotating ------------------------------------------------------------------------------------
-    def _save(self, trainer: Trainer, score: float | None, epoch: int, step: int, keep_as_last: bool) -> None:
+    def _save(self, trainer: TrainerView, score: float | None, epoch: int, step: int, keep_as_last: bool) -> None:
         k = self.save_top_k
         if self.monitor is None:
             ranked, enters = False, k != 0  # unranked: the newest are kept
@@ -366,7 +364,7 @@ class ModelCheckpoint(Callback):
             print(f"ModelCheckpoint: saved {path} ({what}epoch {epoch}, step {step}).")
 
     @staticmethod
-    def _remove(trainer: Trainer, paths: list[str]) -> None:
+    def _remove(trainer: TrainerView, paths: list[str]) -> None:
         """Delete replaced checkpoints, on the process that writes them, only once the new one is committed."""
         config = trainer.accelerator.project_configuration
         writer = trainer.accelerator.is_local_main_process if config.save_on_each_node else trainer.is_global_zero

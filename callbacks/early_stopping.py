@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from callbacks.base import Callback
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+from callbacks.protocols import TrainerView
 
 
 class EarlyStopping(Callback):
@@ -77,7 +75,7 @@ class EarlyStopping(Callback):
     def state_key(self) -> str:
         return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._fitting = stage == "fit"
         if self.check_on_train_epoch_end is not None:
             self._check_at_epoch_end = self.check_on_train_epoch_end
@@ -86,15 +84,15 @@ class EarlyStopping(Callback):
             once_per_epoch = isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
             self._check_at_epoch_end = once_per_epoch or not trainer.val_dataloaders
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if self._fitting and self._check_at_epoch_end:
             self._check(trainer)
 
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             message = (f"EarlyStopping(monitor={self.monitor!r}) found no such metric. Logged metrics: "

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from callbacks.base import Callback
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+from callbacks.protocols import TrainerView
 
 
 class LearningRateMonitor(Callback):
@@ -35,7 +35,7 @@ class LearningRateMonitor(Callback):
         self._targets: list[tuple[str, Any, str]] = []  # (name, optimizer, interval)
         self._last_step = -1
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if not trainer.accelerator.log_with and not trainer.fast_dev_run:
             raise ValueError("LearningRateMonitor has nowhere to log: the trainer has no trackers. Pass "
                              "Trainer(log_with='csv') (or another tracker), or remove the callback.")
@@ -52,17 +52,17 @@ class LearningRateMonitor(Callback):
         self.lrs = {name: [] for name, _, _ in self._targets}
         self._last_step = -1
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         # Once per optimizer step (not per accumulated micro-batch), every log_every_n_steps steps.
         if step % trainer.log_every_n_steps == 0 and step != self._last_step:
             self._last_step = step
             self._log(trainer, "step")
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._log(trainer, "epoch")
 
-    def _log(self, trainer: Trainer, interval: str) -> None:
+    def _log(self, trainer: TrainerView, interval: str) -> None:
         values: dict[str, float] = {}
         for name, optimizer, wanted in self._targets:
             if wanted != interval:

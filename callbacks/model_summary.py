@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from callbacks.base import Callback
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+from callbacks.protocols import TrainerView
 
 
 class ModelSummary(Callback):
@@ -21,7 +17,7 @@ class ModelSummary(Callback):
                              f"{max_depth!r}.")
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if trainer.is_global_zero and self.max_depth != 0:
             print(summarize(module, self.max_depth))
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
+
+import torch
 
 from callbacks.base import Callback
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+from callbacks.protocols import TrainerView
 
 
 class _Progress:
@@ -64,26 +64,26 @@ class ProgressBar(Callback):
         self._last_metrics = 0.0
 
     # -- runs -------------------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._stream = self._given_stream or sys.stdout
         self._active = trainer.is_global_zero and self.refresh_rate > 0
         isatty = getattr(self._stream, "isatty", None)
         self._terminal = self._active and callable(isatty) and bool(isatty())
         self._in_fit = stage == "fit"
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._close_all()
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
         self._close_all()
 
     # -- training ---------------------------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs is not None else ""
         self._train = self._start(f"Epoch {trainer.current_epoch + 1}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         progress = self._train
         if progress is not None and progress.bar is None:
@@ -91,42 +91,42 @@ class ProgressBar(Callback):
         else:
             self._advance(progress, trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         progress, self._train = self._train, None
         if progress is not None:
             self._finish(progress, trainer, f"{progress.count} batches, step {trainer.global_step}", metrics=True)
 
     # -- evaluation -------------------------------------------------------------------------------------------
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         sanity = trainer.sanity_checking
         self._start_eval("Sanity check" if sanity else "Validation",
                          trainer.num_sanity_val_batches if sanity else trainer.num_val_batches)
 
-    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+    def on_validation_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=True)
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._start_eval("Test", trainer.num_test_batches)
 
-    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=True)
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._start_eval("Predict", trainer.num_predict_batches)
 
-    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=False)
 
     # -- drawing ----------------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ class ProgressBar(Callback):
         # Inside fit the evaluation bar sits under the epoch bar and disappears when done.
         self._eval = self._start(name, total, leave=not self._in_fit, position=1 if self._in_fit else 0)
 
-    def _finish_eval(self, trainer: Trainer, metrics: bool) -> None:
+    def _finish_eval(self, trainer: TrainerView, metrics: bool) -> None:
         progress, self._eval = self._eval, None
         if progress is None:
             return
@@ -148,7 +148,7 @@ class ProgressBar(Callback):
             return  # inside fit, the epoch line carries the validation metrics
         self._finish(progress, trainer, f"{progress.count} batches", metrics)
 
-    def _advance(self, progress: _Progress | None, trainer: Trainer) -> None:
+    def _advance(self, progress: _Progress | None, trainer: TrainerView) -> None:
         if progress is None:
             return
         progress.count += 1
@@ -160,7 +160,7 @@ class ProgressBar(Callback):
             self._last_metrics = now
             progress.bar.set_postfix(_format(trainer.progress_bar_metrics), refresh=False)
 
-    def _finish(self, progress: _Progress, trainer: Trainer, summary: str, metrics: bool) -> None:
+    def _finish(self, progress: _Progress, trainer: TrainerView, summary: str, metrics: bool) -> None:
         shown = _format(trainer.progress_bar_metrics) if metrics else {}
         if progress.bar is not None:
             progress.bar.set_postfix(shown, refresh=True)

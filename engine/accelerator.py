@@ -42,6 +42,7 @@ from engine.precision import (
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState
 
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
 _UNSUPPORTED = "Ember supports DDP and FSDP2 (FullyShardedDataParallelPlugin)"
 
@@ -422,15 +423,22 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
             self.step += 1
             gradient_state._set_sync_gradients(self.step % gradient_state.num_steps == 0)
 
-    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+    def accumulate(self, *models: torch.nn.Module, sync: bool | None = None) -> contextlib.AbstractContextManager[Any]:
         """Decide whether this micro-step syncs gradients; models skip DDP's all-reduce while accumulating.
 
-        The last batch of a data loader always syncs. (Returns a plain context manager rather than a generator:
-        this runs every step, and the generator machinery costs more than the decision itself.)
+        By default the engine counts micro-steps (``gradient_accumulation_steps``) and the last batch of a data
+        loader always syncs, as in Accelerate. ``sync=True`` / ``False`` (an Ember addition) is for a caller that
+        owns the accumulation window itself, such as the Trainer: this micro-step syncs exactly when told, and
+        the engine's own counter does not decide. (Returns a plain context manager rather than a generator: this
+        runs every step, and the generator machinery costs more than the decision itself.)
         """
-        self._do_sync()
+        if sync is None:
+            self._do_sync()
+        else:
+            self.step += 1
+            self.gradient_state._set_sync_gradients(sync)
         if self.gradient_state.sync_gradients or not self._use_distributed or self.gradient_state.sync_each_batch:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         stack = contextlib.ExitStack()
         for model in models:
             stack.enter_context(no_sync(model, True))

@@ -126,7 +126,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) was called on a module that is not attached to a Trainer: "
                                "call it from inside training_step / validation_step / a hook during trainer.fit.")
-        trainer._metrics.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
+        trainer.metric_logger.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
                              enable_graph, add_dataloader_idx)
 
     def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool = True,
@@ -158,7 +158,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         Each is a ``torch.optim.Optimizer`` whose ``step`` / ``zero_grad`` respect gradient accumulation.
         """
         del use_pl_optimizer
-        optimizers = self.trainer._module_optimizers
+        optimizers = self.trainer.plan.module_optimizers
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:
@@ -174,7 +174,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             raise RuntimeError("manual_backward is for manual optimisation: set `self.automatic_optimization = "
                                "False` in __init__, or return the loss from training_step and let the trainer "
                                "run backward.")
-        self.trainer._backward(loss, *args, **kwargs)
+        self.trainer.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Freeze every parameter that ``optimizer`` does not own (until ``untoggle_optimizer``), e.g. for GANs."""

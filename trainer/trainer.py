@@ -1,34 +1,51 @@
-"""`Trainer`: drives a `TrainModule` through fit / validate / test / predict, everything distributed via the engine."""
+"""`Trainer`: drives a `TrainModule` through fit / validate / test / predict, everything distributed via the engine.
+
+This file holds the construction, ``fit`` with its loop and the training step body (forward, backward, clip,
+optimizer step), so one step reads top to bottom here; each other concern is a small object the Trainer owns.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
-from callbacks import Callback
+from callbacks import Callback, ModelCheckpoint
 from engine import Accelerator, set_seed
 from trainer import args as checks
+from trainer.checkpointer import Checkpointer
+from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
-from trainer.evaluation import EvaluationMixin
+from trainer.evaluation import EvaluationLoop, print_results
 from trainer.hooks import HookTable
-from trainer.metrics import MetricLogger
+from trainer.loss_check import LossCheck
+from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
-from trainer.optim import SchedulerConfig
-from trainer.resume import CheckpointMixin, TrainerCheckpointState
-from trainer.runs import _UNSET, RunMixin
-from trainer.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, PreemptionHandler, check_signals
+from trainer.plan import RunPlan, batches
+from trainer.schedulers import SchedulerStepper
+from trainer.setup import (
+    UNSET,
+    Attached,
+    build_accelerator,
+    build_callbacks,
+    check_module,
+    eval_sources,
+    module_callbacks,
+    run_scope,
+)
+from trainer.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, Preempted, PreemptionHandler
 from trainer.state import TrainState
-from trainer.stepping import NONFINITE_CHOICES, StepMixin, check_trainable, loss_of
-from trainer.stopping import StopMixin
-from trainer.views import TrainerViews
+from trainer.stepping import check_trainable, detached, loss_of
+from trainer.stop import StopController
+from trainer.tracking import TrackerLink
+from trainer.views import ConfigField, PartField, StageFlag
 
 
-class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, TrainerViews):
+class Trainer:
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a ``TrainModule``, with Lightning's argument names.
 
     Everything distributed goes through one ``engine.Accelerator`` (built here, or passed as ``accelerator=``):
@@ -61,16 +78,20 @@ class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, 
         seed / deterministic: ``engine.set_seed(seed)`` now (seed the model's construction by building the
             Trainer first), and ``torch.use_deterministic_algorithms``.
         detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
-        on_nonfinite_loss: what a NaN / inf loss does, decided alike on every process before the optimizer step:
-            ``"raise"`` (default) stops every process with a ``FloatingPointError`` naming the step, rank, batch
-            and value (checked at each log interval, before each checkpoint and at epoch ends: no sync per
-            step, and no checkpoint holds the NaN); ``"skip"`` checks before every optimizer step (one host
-            sync each) and drops a step with a non-finite loss (gradients zeroed, a warning); ``"ignore"``.
+        on_nonfinite_loss: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
+            step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such
+            optimizer steps; one host sync per step) or ``"ignore"``; see ``trainer.loss_check.LossCheck``.
         preemption_signals / preemption_exit_code: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
             SLURM's ``--signal``) on which fit, at the next optimizer step boundary and on every process, saves
             a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
             finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
             ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
+
+    Parts, one job each (``trainer.py`` keeps the loop and the step body): ``config`` (the validated keywords),
+    ``plan`` (prepared loaders, batch counts, validation cadence, optimisation mode), ``stop`` (the agreed stop,
+    ``max_time``, preemption), ``loss_check`` (the non-finite policy), ``schedulers`` (when each scheduler steps),
+    ``checkpointer`` (boundaries, saving, ``ckpt_path``, restoring), ``evaluation`` (validation / test / predict
+    loops), ``trackers`` (the engine's trackers) and ``metric_logger`` (what ``self.log`` recorded).
 
     Resuming: ``fit(..., ckpt_path="last")`` continues from the newest committed checkpoint (bitwise as if
     never stopped), or starts fresh when there is none yet, so one command serves the first start and every
@@ -96,6 +117,61 @@ class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, 
         (8, 2)
     """
 
+    # Lightning's attribute names, each read from its one owner.
+    callbacks = PartField("attached", "callbacks", settable=True)
+    module = PartField("attached", "module", settable=True)  # the TrainModule being (or last) run
+    datamodule = PartField("attached", "datamodule", settable=True)
+    max_epochs = ConfigField(settable=True)
+    max_steps = ConfigField(settable=True)
+    min_epochs = ConfigField(settable=True)
+    min_steps = ConfigField(settable=True)
+    accumulate_grad_batches = ConfigField(settable=True, minimum=1)  # GradientAccumulationScheduler sets it
+    max_time = ConfigField()
+    gradient_clip_val = ConfigField()
+    gradient_clip_algorithm = ConfigField()
+    val_check_interval = ConfigField()
+    check_val_every_n_epoch = ConfigField()
+    num_sanity_val_steps = ConfigField()
+    limit_train_batches = ConfigField()
+    limit_val_batches = ConfigField()
+    limit_test_batches = ConfigField()
+    limit_predict_batches = ConfigField()
+    fast_dev_run = ConfigField()
+    overfit_batches = ConfigField()
+    log_every_n_steps = ConfigField()
+    enable_checkpointing = ConfigField()
+    on_nonfinite_loss = ConfigField()
+    preemption_exit_code = ConfigField()
+    project_name = ConfigField()
+    train_dataloader = PartField("plan", "train_loader")
+    val_dataloaders = PartField("plan", "val_loaders")
+    test_dataloaders = PartField("plan", "test_loaders")
+    predict_dataloaders = PartField("plan", "predict_loaders")
+    num_training_batches = PartField("plan", "num_training_batches")
+    num_val_batches = PartField("plan", "num_val_batches")
+    num_sanity_val_batches = PartField("plan", "num_sanity_val_batches")
+    num_test_batches = PartField("plan", "num_test_batches")
+    num_predict_batches = PartField("plan", "num_predict_batches")
+    optimizers = PartField("plan", "optimizers")
+    lr_scheduler_configs = PartField("plan", "scheduler_configs")
+    current_epoch = PartField("state", "epoch")
+    global_step = PartField("state", "global_step")
+    callback_metrics = PartField("metric_logger", "callback_metrics")
+    logged_metrics = PartField("metric_logger", "logged_metrics")
+    world_size = PartField("accelerator", "num_processes")
+    global_rank = PartField("accelerator", "process_index")
+    local_rank = PartField("accelerator", "local_process_index")
+    is_global_zero = PartField("accelerator", "is_main_process")
+    log_dir = PartField("accelerator", "logging_dir")
+    checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
+    default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
+    sanity_checking = StageFlag("sanity_check")
+    training = StageFlag("train")  # False during fit's validation
+    validating = StageFlag("validate")  # inside fit or validate()
+    testing = StageFlag("test")
+    predicting = StageFlag("predict")
+
+
     def __init__(self, *, accelerator: Accelerator | str | None = None, max_epochs: int | None = None,
                  min_epochs: int | None = None, max_steps: int | None = None, min_steps: int | None = None,
                  max_time: Any = None, accumulate_grad_batches: int | None = None,
@@ -107,104 +183,42 @@ class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, 
                  limit_predict_batches: float = 1.0, fast_dev_run: bool | int = False,
                  overfit_batches: float = 0.0, log_every_n_steps: int = 50, enable_checkpointing: bool = True,
                  enable_progress_bar: bool = True, enable_model_summary: bool = True,
-                 callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = _UNSET,
-                 project_dir: str | None = _UNSET, project_name: str = "ember", seed: int | None = None,
+                 callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = UNSET,
+                 project_dir: str | None = UNSET, project_name: str = "ember", seed: int | None = None,
                  deterministic: bool = False, detect_anomaly: bool = False, on_nonfinite_loss: str = "raise",
                  preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE) -> None:
-        self.max_time = checks.parse_max_time(max_time)
-        self.max_epochs, self.max_steps, defaulted = checks.check_epochs_and_steps(max_epochs, max_steps,
-                                                                                 self.max_time)
-        self.min_epochs = checks.check_count("min_epochs", min_epochs)
-        self.min_steps = checks.check_count("min_steps", min_steps)
-        self.accumulate_grad_batches = checks.check_count("accumulate_grad_batches", accumulate_grad_batches, 1)
-        if gradient_clip_val is not None and (not isinstance(gradient_clip_val, (int, float)) or gradient_clip_val < 0):
-            raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: "
-                             f"{gradient_clip_val!r}.")
-        self.gradient_clip_val = gradient_clip_val or None
-        self.gradient_clip_algorithm = checks.check_choice("gradient_clip_algorithm", gradient_clip_algorithm,
-                                                           ("norm", "value"))
-        self.val_check_interval = checks.check_val_check_interval(val_check_interval)
-        self.check_val_every_n_epoch = checks.check_count("check_val_every_n_epoch", check_val_every_n_epoch, 1)
-        if self.check_val_every_n_epoch is None and not checks.is_int(self.val_check_interval):
-            raise ValueError(f"Trainer(check_val_every_n_epoch=None) counts val_check_interval in training batches "
-                             f"across epochs, so it must be an int. Received: val_check_interval="
-                             f"{val_check_interval!r}.")
-        self.num_sanity_val_steps = checks.check_count("num_sanity_val_steps", num_sanity_val_steps, -1, False)
-        self.limit_train_batches = checks.check_limit("limit_train_batches", limit_train_batches)
-        self.limit_val_batches = checks.check_limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = checks.check_limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = checks.check_limit("limit_predict_batches", limit_predict_batches)
-        self.overfit_batches = checks.check_limit("overfit_batches", overfit_batches)
-        self.log_every_n_steps = checks.check_count("log_every_n_steps", log_every_n_steps, 1, False)
-        self.fast_dev_run = checks.check_fast_dev_run(fast_dev_run)
-        if self.overfit_batches:
-            self.limit_train_batches = self.limit_val_batches = self.overfit_batches
-        if self.fast_dev_run:
-            n = self.fast_dev_run
-            self.limit_train_batches = self.limit_val_batches = n
-            self.limit_test_batches = self.limit_predict_batches = n
-            self.max_epochs, self.max_steps, defaulted = 1, n, False
-            self.num_sanity_val_steps, self.val_check_interval, self.check_val_every_n_epoch = 0, 1.0, 1
-        if self.min_epochs is not None and self.max_epochs is not None and self.min_epochs > self.max_epochs:
-            raise ValueError(f"Trainer(min_epochs={self.min_epochs}) is larger than max_epochs={self.max_epochs}: "
-                             "raise max_epochs or lower min_epochs.")
-        self.enable_checkpointing = enable_checkpointing
-        self.detect_anomaly = bool(detect_anomaly)
-        self.on_nonfinite_loss = checks.check_choice("on_nonfinite_loss", on_nonfinite_loss, NONFINITE_CHOICES)
-        self._preemption = PreemptionHandler(check_signals(preemption_signals))
-        if not checks.is_int(preemption_exit_code) or not 0 <= preemption_exit_code <= 255:
-            raise ValueError(f"Trainer(preemption_exit_code=...) must be an int in [0, 255]. Received: "
-                             f"{preemption_exit_code!r}.")
-        self.preemption_exit_code = int(preemption_exit_code)
-        self.project_name = project_name
-        self.accelerator = self._build_accelerator(accelerator, checks.parse_precision(mixed_precision, precision),
-                                                   log_with, project_dir)
+        self.config = TrainerConfig.from_keywords(
+            max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps, min_steps=min_steps,
+            max_time=max_time, accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm, mixed_precision=mixed_precision, precision=precision,
+            val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps, limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches, fast_dev_run=fast_dev_run, overfit_batches=overfit_batches,
+            log_every_n_steps=log_every_n_steps, enable_checkpointing=enable_checkpointing,
+            detect_anomaly=detect_anomaly, on_nonfinite_loss=on_nonfinite_loss,
+            preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
+            project_name=project_name)
+        config = self.config
+        self.accelerator = acc = build_accelerator(accelerator, config.precision, log_with, project_dir,
+                                                   config.fast_dev_run)
         if seed is not None:
             set_seed(seed, deterministic=deterministic)
         elif deterministic:
             torch.use_deterministic_algorithms(True)
-        self.callbacks = self._build_callbacks(callbacks, enable_progress_bar, enable_model_summary)
-        self._max_epochs_defaulted = defaulted
-
+        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary))
         self.state = TrainState()
-        self._metrics = MetricLogger(self.accelerator.num_processes, self.accelerator.reduce, self.accelerator.gather)
-        self.module: TrainModule | None = None
-        self.datamodule: DataModule | None = None
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[SchedulerConfig] = []
-        self._module_optimizers: list[torch.optim.Optimizer] = []
-        self.train_dataloader: DataLoader | None = None
-        self.val_dataloaders: list[DataLoader] = []
-        self.test_dataloaders: list[DataLoader] = []
-        self.predict_dataloaders: list[DataLoader] = []
-        self.num_training_batches: int | None = 0
-        self.num_val_batches: list[int | None] = []
-        self.num_sanity_val_batches: list[int | None] = []
-        self.num_test_batches: list[int | None] = []
-        self.num_predict_batches: list[int | None] = []
-        self._model: torch.nn.Module | None = None  # the prepared StepRouter around `module`
-        self._model_for: tuple[TrainModule, bool] | None = None
-        self._hooks: HookTable | None = None
-        self._trackers_started = self._trackers_finished = False
-        self._stop_requested = False
-        self._interrupt: str | None = None  # "preempted" / "max_time" once every process agreed on it
-        self._local_interrupts: set[str] = set()
-        self._boundary_queue: list[Any] | None = None  # saves waiting for the next boundary, inside fit's loop
-        self._last_save_position: tuple[int, int, int] | None = None
-        self._prepared: list[str] = []  # what the trainer prepared, in order: a resume must match it
-        self._unchecked: list[tuple[torch.Tensor, int, int, int]] = []  # losses not yet checked for NaN / inf
-        self._val_every: int | None = None
-        self._fit_clock = 0.0
-        self._automatic = True
-        self._custom_optimizer_step = self._custom_zero_grad = self._clip = False
-        self._world = self.accelerator.num_processes
-        self._training_step: Any = None  # through the prepared model, or the module's own when nothing wraps it
-        self._step_schedulers_list: list[SchedulerConfig] = []  # interval "step", not ReduceLROnPlateau
-        self._plateau_step_schedulers: list[SchedulerConfig] = []
-        self._epoch_schedulers: list[SchedulerConfig] = []
-        # The trainer's part of every engine checkpoint (TrainState, callbacks, trackers...): plain values only.
-        self._checkpoint_state = TrainerCheckpointState(self._checkpoint_payload)
-        self.accelerator.register_for_checkpointing(self._checkpoint_state)
+        self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
+        self.plan = RunPlan(acc)
+        self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
+        self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
+        self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run)
+        self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
+        self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers)
+        self.checkpointer = Checkpointer(acc, self.state, self.plan, self.metric_logger, self.stop, self.loss_check,
+                                         self.trackers, self.attached, self)
+        self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
+        self._world = acc.num_processes
 
     # -- fit ----------------------------------------------------------------------------------------------------
     def fit(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -217,97 +231,356 @@ class Trainer(RunMixin, StepMixin, StopMixin, CheckpointMixin, EvaluationMixin, 
         """
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
-        check_trainable(module, self.accumulate_grad_batches, self.gradient_clip_val, self.on_nonfinite_loss)
+        config = self.config
+        check_trainable(module, config.accumulate_grad_batches, config.gradient_clip_val, config.on_nonfinite_loss)
         resume_from = self._resolve_ckpt_path(ckpt_path, "fit")
-        if self._max_epochs_defaulted and self.accelerator.is_main_process:
+        if config.max_epochs_defaulted and self.accelerator.is_main_process:
             warnings.warn(f"Neither max_epochs nor max_steps (nor max_time) was set: training stops after "
                           f"{checks.DEFAULT_MAX_EPOCHS} epochs. Pass max_epochs=N or max_steps=N (max_epochs=-1 "
                           "trains until stopped).", UserWarning, stacklevel=2)
-        anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
-        with self._run("fit", module, datamodule), self._preemption, anomaly:
-            self._setup_fit(train_dataloaders, val_dataloaders)
+        anomaly = torch.autograd.set_detect_anomaly(True) if config.detect_anomaly else contextlib.nullcontext()
+        with self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
+            plan = self.plan
+            plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
+                           (self._manual_before_step, self._manual_after_step))
+            # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
+            self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
+                                               module.lr_scheduler_step, self.metric_logger)
+            self.stop.start()
+            self.loss_check.reset()
             if resume_from is not None:
-                self._restore(resume_from)  # before the trackers start: they reopen the saved runs
-            self._start_trackers()
-            self._fit_loop(sanity_check=resume_from is None)
+                self.checkpointer.restore(resume_from)  # before the trackers start: they reopen the saved runs
+            self.trackers.start((self.module, self.datamodule))
+            self._fit_loop(hooks, sanity_check=resume_from is None)
 
-    def _fit_loop(self, sanity_check: bool) -> None:
-        state, hooks, metrics = self.state, self._hooks, self._metrics
-        assert hooks is not None and self._model is not None
+    def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
+        state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
+        model = plan.model
+        assert model is not None
         hooks.call("on_fit_start")
-        if sanity_check and any(n is None or n > 0 for n in self.num_sanity_val_batches):
-            self._evaluate("sanity_check")
+        if sanity_check and any(n is None or n > 0 for n in plan.num_sanity_val_batches):
+            self.evaluation.run("sanity_check", hooks)
         metrics.set_stage("train")
         metrics.set_epoch_hook(True)
-        self._set_stage("train")
+        state.stage = "train"
         hooks.call("on_train_start")
-        with self._boundaries():  # checkpoints are written where a resume continues exactly
+        # The per-batch hooks are called only when something overrides them (their tuples are usually empty).
+        batch_start_hooks = hooks.overriders["on_train_batch_start"]
+        batch_end_hooks = hooks.overriders["on_train_batch_end"]
+        with self.checkpointer.boundaries():  # checkpoints are written where a resume continues exactly
             while not self._fit_done():
-                self._model.train()
+                model.train()
                 metrics.reset_epoch()
                 self._set_epoch()
                 hooks.call("on_train_epoch_start")
-                self.accelerator.gradient_accumulation_steps = self.accumulate_grad_batches or 1
                 metrics.set_epoch_hook(False)
-                for batch_idx, batch in self._batches(self.train_dataloader, self.num_training_batches,
-                                                      state.batch_in_epoch):
+                every, world = self.config.log_every_n_steps, self._world
+                for batch_idx, batch in batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch):
                     size = metrics.new_batch(batch)
-                    if hooks.call("on_train_batch_start", batch, batch_idx) == -1:
+                    if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
-                    outputs = self._train_step(batch, batch_idx)
+                    outputs, loss = self._train_step(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
-                    state.samples_seen += size * self._world
-                    hooks.call("on_train_batch_end", outputs, batch, batch_idx)
+                    state.samples_seen += size * world
+                    if batch_end_hooks:
+                        hooks.call("on_train_batch_end", detached(outputs, loss) if plan.automatic else outputs,
+                                   batch, batch_idx)
                     stepped = state.global_step != steps_before
-                    every = self.log_every_n_steps
                     if stepped and state.global_step // every != steps_before // every:
-                        self._check_losses()  # no NaN reaches the trackers unnoticed; one sync per interval
-                        self._log_to_trackers(metrics.step_values())
-                    if self._val_every is not None and self._val_due(batch_idx):
-                        self._evaluate("validate")
+                        self.loss_check.check()  # no NaN reaches the trackers unnoticed; one sync per interval
+                        self.trackers.log(metrics.step_values())
+                    if plan.val_every is not None and plan.val_due(config, state.epoch, batch_idx, state.micro_step):
+                        self.evaluation.run("validate", hooks)
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         break
-                if self._val_every is None and self._val_in_epoch():
-                    self._evaluate("validate")  # a loader without a length: validate once it is exhausted
+                if plan.val_every is None and plan.val_in_epoch(config, state.epoch):
+                    self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)
                 metrics.set_epoch_hook(True)
-                self._check_losses()
-                self._epoch_end("on_train_epoch_end")
-                self._step_schedulers(self._epoch_schedulers)
+                self.loss_check.check()
+                self.evaluation.epoch_end("on_train_epoch_end", hooks)
+                self.schedulers.at_epoch_end(state.epoch)
                 state.epoch += 1
                 state.batch_in_epoch = 0
-                self._update_time()
-                self._flush_boundary(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
-            self._check_losses()
+                stop.update_time()
+                self.checkpointer.flush(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
+            self.loss_check.check()
         hooks.call("on_train_end")
-        self._set_stage("idle")
+        state.stage = "idle"
         hooks.call("on_fit_end")
 
-    def _train_step(self, batch: Any, batch_idx: int) -> Any:
-        """One batch: forward, backward and, on the last micro-batch of an accumulation window, the optimizer step."""
-        acc, training_step = self.accelerator, self._training_step
-        if not self._automatic:
+    def _train_step(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor | None]:
+        """One batch: forward, backward and, when the batch closes its accumulation window, the optimizer step.
+
+        Returns what ``training_step`` returned and the loss found in it.
+        """
+        plan = self.plan
+        training_step = plan.training_step
+        assert training_step is not None
+        if not plan.automatic:
             outputs = training_step(batch, batch_idx)
-            if self.on_nonfinite_loss != "ignore":
-                self._check_manual_loss(outputs, batch_idx)
-            return outputs
-        k = self.accumulate_grad_batches or 1
-        # The window position comes from the stored batch index, so accumulation lines up after a resume, and the
-        # last batch of a limited epoch still steps (the engine forces that only at the loader's real end).
-        acc.step = k - 1 if batch_idx + 1 == self.num_training_batches else batch_idx % k
-        with acc.accumulate(self._model):
+            if self.loss_check.active:
+                self.loss_check.record_output(outputs, batch_idx)
+            return outputs, None
+        # The trainer alone decides the accumulation window and tells the engine whether this batch syncs.
+        k = self.config.accumulate_grad_batches
+        sync = k == 1 or plan.syncs(batch_idx, k) or self.accelerator.gradient_state.end_of_dataloader
+        with self.accelerator.accumulate(plan.model, sync=sync):
             outputs = training_step(batch, batch_idx)
             # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.
             usual = isinstance(outputs, torch.Tensor) and outputs.ndim == 0 and outputs.requires_grad
             loss = outputs if usual else loss_of(outputs)
             if loss is None:
-                return None  # Lightning: returning None skips this batch's backward and step
-            if self.on_nonfinite_loss != "ignore":
-                self._record_loss(loss, batch_idx)
-            self._backward(loss)
-            if acc.sync_gradients:
+                return outputs, None  # Lightning: returning None skips this batch's backward and step
+            if self.loss_check.active:
+                self.loss_check.record(loss, batch_idx)
+            self.backward(loss)
+            if sync:
                 self._optimizer_step(batch_idx, loss)
-        # As in Lightning, the batch-end hooks get a dict whose tensors are detached.
-        if isinstance(outputs, torch.Tensor):
-            return {"loss": loss.detach()}
-        return {key: v.detach() if isinstance(v, torch.Tensor) else v for key, v in outputs.items()}
+        return outputs, loss
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward of a training step (``manual_backward`` too): the hooks around the engine's backward.
+
+        ``on_before_backward`` sees the loss as returned; the backward divides it by the accumulation factor.
+        """
+        hooks = self._hooks
+        assert hooks is not None
+        for hook in hooks.overriders["on_before_backward"]:
+            hook(loss)
+        k = self.config.accumulate_grad_batches
+        self.accelerator.backward(loss / k if k > 1 else loss, *args, **kwargs)
+        for hook in hooks.overriders["on_after_backward"]:
+            hook()
+
+    def _optimizer_step(self, batch_idx: int, loss: torch.Tensor) -> None:
+        hooks, plan, state, config = self._hooks, self.plan, self.state, self.config
+        module = self.module
+        assert hooks is not None and module is not None
+        optimizer = plan.optimizers[0]
+        if config.on_nonfinite_loss == "skip" and self.loss_check.should_skip():
+            optimizer.zero_grad()  # the window's gradients hold the non-finite values: drop them with the step
+            return
+        for hook in hooks.overriders["on_before_optimizer_step"]:
+            hook(optimizer)
+        if plan.clip:
+            module.configure_gradient_clipping(optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
+        # The module's optimizer_step / optimizer_zero_grad are only called when overridden (a call saved per step).
+        if plan.custom_optimizer_step:
+            module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
+        else:
+            optimizer.step()
+        for hook in hooks.overriders["on_before_zero_grad"]:
+            hook(optimizer)
+        if plan.custom_zero_grad:
+            module.optimizer_zero_grad(state.epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
+        state.global_step += 1
+        if not getattr(optimizer, "step_was_skipped", False):
+            self.schedulers.after_optimizer_step(state.global_step)
+
+    def _manual_before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self._hooks is not None
+        self._hooks.call("on_before_optimizer_step", optimizer)
+
+    def _manual_after_step(self) -> None:
+        self.state.global_step += 1
+
+    # -- the loop's decisions -------------------------------------------------------------------------------------
+    def _fit_done(self) -> bool:
+        if self.stop.fit_done(self.config, self.plan.num_training_batches):
+            self._handle_interrupt()
+            return True
+        return False
+
+    def _batch_boundary(self, stepped: bool) -> bool:
+        """A training batch is completely done: run step-interval plateau schedulers, agree on stopping, write
+        the checkpoints that waited for this point, and act on an interrupt. Returns whether to stop."""
+        stop = False
+        if stepped:
+            self.schedulers.at_boundary(self.state.global_step)  # after validation: may monitor a val metric
+            stop = self.stop.stop_now(self.config)
+        self.checkpointer.flush(stepped)
+        if stop:
+            self._handle_interrupt()
+        return stop
+
+    def _handle_interrupt(self) -> None:
+        """Save the exact position for a resume; after a preemption also finish the trackers and exit."""
+        reason = self.stop.take_interrupt()
+        if reason is None or (reason == "max_time" and self.checkpoint_callback is None):
+            return
+        self.checkpointer.save_interrupted(reason)
+        if reason == "preempted":
+            signal_name = self.stop.preemption.consume() or "a signal to another process"
+            self.trackers.finish()
+            state = self.state
+            raise Preempted(self.config.preemption_exit_code,
+                            f"Preempted by {signal_name} at epoch {state.epoch}, batch {state.batch_in_epoch}, step "
+                            f"{state.global_step}: the checkpoint is saved; run the same command with "
+                            "fit(..., ckpt_path='last') to continue.")
+
+    def _set_epoch(self) -> None:
+        # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
+        set_epoch = getattr(self.plan.train_loader, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.state.epoch)
+
+    # -- validate / test / predict ------------------------------------------------------------------------------
+    def validate(self, module: TrainModule | None = None, dataloaders: Any = None,
+                 datamodule: DataModule | None = None, ckpt_path: str | None = None,
+                 verbose: bool = True) -> list[dict[str, float]]:
+        """Run the validation loop once; returns the epoch metrics, one dict per loader.
+
+        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint folder) loads the module's weights from it first.
+        """
+        return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
+
+    def test(self, module: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
+             ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+        """Run the test loop once; returns the epoch metrics, one dict per loader."""
+        return self._evaluate_entry("test", module, dataloaders, datamodule, ckpt_path, verbose)
+
+    def predict(self, module: TrainModule | None = None, dataloaders: Any = None,
+                datamodule: DataModule | None = None, return_predictions: bool | None = None,
+                ckpt_path: str | None = None) -> list[Any] | None:
+        """``predict_step`` over the loader(s); returns the per-batch predictions of every process, in dataset
+        order, without the samples repeated to even out the last batch (a list per loader when there are several).
+        """
+        folder = self._resolve_ckpt_path(ckpt_path, "predict", required=True)
+        datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
+        with self._run("predict", module, datamodule) as hooks:
+            assert self.module is not None
+            self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
+            if folder is not None:
+                self.checkpointer.load_weights(folder)
+            results = self.evaluation.predict(hooks, return_predictions)
+        if return_predictions is False:
+            return None
+        return results[0] if len(results) == 1 else results
+
+    def _evaluate_entry(self, kind: str, module: TrainModule | None, dataloaders: Any, datamodule: Any,
+                        ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
+        folder = self._resolve_ckpt_path(ckpt_path, kind, required=True)
+        datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
+        with self._run(kind, module, datamodule) as hooks:
+            assert self.module is not None
+            self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
+            if folder is not None:
+                self.checkpointer.load_weights(folder)  # the module's weights only: optimizers and data do not matter
+            self.trackers.start((self.module, self.datamodule))
+            results = self.evaluation.run(kind, hooks)
+        if verbose and self.accelerator.is_main_process:
+            print_results(kind, results)
+        return results
+
+    # -- each run's set-up and tear-down ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
+        """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
+        module = self._attach(module, datamodule)
+        self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule)
+        try:
+            with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers):
+                yield hooks
+        finally:
+            self._hooks = None  # drops the hook table's references to this trainer and the module
+            self.state.stage = "idle"
+
+    def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
+        if module is None:
+            module = self.module
+            if module is None:
+                raise ValueError("No module given and none was fitted before: pass the module, e.g. "
+                                 "trainer.validate(model, dataloaders).")
+        module = check_module(module)
+        if module is not self.module:
+            self.callbacks = module_callbacks(module, self.callbacks)
+        module._trainer_ref = weakref.ref(self)
+        if datamodule is not None:
+            datamodule._trainer_ref = weakref.ref(self)
+        self.module, self.datamodule = module, datamodule
+        return module
+
+    # -- checkpoints --------------------------------------------------------------------------------------------
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
+        """The first ``ModelCheckpoint`` (``None`` without one)."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None) -> None:
+        """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
+
+        Called inside ``fit`` (e.g. from a callback), it is written at the next boundary, so resuming from it
+        continues exactly; elsewhere at once. ``weights_only=True`` writes only the module's weights
+        (``accelerator.save_model``), for inference. Every process must call it.
+        """
+        if storage_options is not None:
+            raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
+                             "go to a local or mounted path.")
+        path, module = str(filepath), self.module
+        if weights_only and module is None:
+            raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
+        if weights_only:
+            self.checkpointer.run_at_boundary(lambda: self.accelerator.save_model(module, path))
+        else:
+            self.checkpointer.run_at_boundary(lambda: self.checkpointer.write(path))
+
+    def run_at_boundary(self, fn: Any) -> None:
+        """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it.
+
+        ``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation.
+        """
+        self.checkpointer.run_at_boundary(fn)
+
+    def _resolve_ckpt_path(self, ckpt_path: Any, entry: str, required: bool = False) -> str | None:
+        callback = self.checkpoint_callback
+        best = callback.best_model_path if callback is not None else None
+        return self.checkpointer.resolve(ckpt_path, entry, best, required)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trainer's part of a checkpoint: ``TrainState``, every callback's state, the data module's state."""
+        return self.checkpointer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (callbacks matched by ``state_key``)."""
+        self.checkpointer.load_state_dict(state_dict)
+
+    # -- Lightning's read-only views ------------------------------------------------------------------------------
+    @property
+    def lightning_module(self) -> TrainModule | None:
+        """The module being (or last) run; Lightning's name for ``trainer.module``."""
+        return self.module
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The ``prog_bar=True`` metrics as Python numbers (reading it syncs the device once)."""
+        return to_python(self.metric_logger.progress_bar_metrics)
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps ``fit`` will take (``inf`` when unbounded), e.g. for ``OneCycleLR(total_steps=...)``."""
+        per_epoch, epochs, max_steps = self.plan.num_training_batches, self.config.max_epochs, self.config.max_steps
+        if per_epoch is None or epochs is None:
+            return max_steps if max_steps is not None else float("inf")
+        steps = -(-per_epoch // self.config.accumulate_grad_batches) * epochs
+        return min(steps, max_steps) if max_steps is not None else steps
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether training stops at the next step boundary. Setting it True on any process stops every process
+        at the same step (through the engine's trigger)."""
+        return self.stop.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self.stop.request(value)
+
+    def log_metrics(self, values: dict[str, Any], step: int | None = None) -> None:
+        """Send ``values`` to the trackers at ``step`` (default: the global step), for callbacks; values also
+        show in ``logged_metrics``. A no-op without running trackers."""
+        self.metric_logger.logged_metrics.update(values)
+        self.trackers.log(values, step)
+

@@ -1,0 +1,86 @@
+"""What callbacks see of the trainer: ``TrainerView``, a ``typing.Protocol`` listing exactly the names they use.
+
+Callbacks never import ``trainer`` (not even for type checking), so ``callbacks/`` sits below ``trainer/`` in the
+import graph; ``trainer.Trainer`` satisfies this protocol structurally. A callback written for a Lightning
+``Trainer`` reads the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from engine import Accelerator
+
+
+class StateView(Protocol):
+    """The counters callbacks read from ``trainer.state`` (``trainer.TrainState``)."""
+
+    stage: str
+    epoch: int
+    batch_in_epoch: int
+    global_step: int
+    micro_step: int
+    samples_seen: int
+
+
+class TrainerView(Protocol):
+    """The trainer as callbacks use it (see ``trainer.Trainer`` for what each name means)."""
+
+    accelerator: Accelerator
+    state: StateView
+    accumulate_grad_batches: int  # GradientAccumulationScheduler sets it at epoch starts
+    should_stop: bool  # set True on any process: every process stops at the same step
+
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def max_epochs(self) -> int | None: ...
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def fast_dev_run(self) -> int: ...
+    @property
+    def log_every_n_steps(self) -> int: ...
+    @property
+    def val_check_interval(self) -> int | float: ...
+    @property
+    def check_val_every_n_epoch(self) -> int | None: ...
+    @property
+    def is_global_zero(self) -> bool: ...
+    @property
+    def global_rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def sanity_checking(self) -> bool: ...
+    @property
+    def callback_metrics(self) -> dict[str, Any]: ...
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def lr_scheduler_configs(self) -> list[Any]: ...
+    @property
+    def val_dataloaders(self) -> list[Any]: ...
+    @property
+    def num_training_batches(self) -> int | None: ...
+    @property
+    def num_val_batches(self) -> list[int | None]: ...
+    @property
+    def num_sanity_val_batches(self) -> list[int | None]: ...
+    @property
+    def num_test_batches(self) -> list[int | None]: ...
+    @property
+    def num_predict_batches(self) -> list[int | None]: ...
+    @property
+    def default_checkpoint_dir(self) -> str: ...
+
+    def log_metrics(self, values: dict[str, Any], step: int | None = None) -> None: ...
+    def save_checkpoint(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None: ...
+    def run_at_boundary(self, fn: Callable[[], Any]) -> None: ...

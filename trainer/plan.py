@@ -1,0 +1,215 @@
+"""`RunPlan`: what a run iterates and how it optimises, prepared through the engine once per entry point.
+
+The plan holds the prepared loaders and their batch counts, the validation cadence, the prepared model and the
+optimisation mode (automatic or manual, which module methods are overridden). ``fit`` / ``validate`` /
+``test`` / ``predict`` build their part of it at set-up; the loop only reads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterator
+from itertools import islice
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from engine import Accelerator
+from trainer import args as checks
+from trainer.config import TrainerConfig
+from trainer.data import limit_batches, loader_length, resolve_loaders, without_shuffle
+from trainer.datamodule import DataModule
+from trainer.errors import MisconfigurationError
+from trainer.hooks import overrides
+from trainer.module import StepRouter, TrainModule
+from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+
+_STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
+_SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
+
+
+class RunPlan:
+    """The prepared objects of the trainer's runs, and the cadence read off them.
+
+    ``prepared`` lists what was prepared through the engine, in order: a resumed run must prepare the same
+    sequence, or loader and model states would land on the wrong objects.
+    """
+
+    def __init__(self, accelerator: Accelerator) -> None:
+        self.accelerator = accelerator
+        self.prepared: list[str] = []
+        self.train_loader: DataLoader | None = None
+        self.num_training_batches: int | None = 0
+        self.val_loaders: list[DataLoader] = []
+        self.num_val_batches: list[int | None] = []
+        self.num_sanity_val_batches: list[int | None] = []
+        self.val_every: int | None = None  # validate every N batches; None: once per validating epoch
+        self.test_loaders: list[DataLoader] = []
+        self.num_test_batches: list[int | None] = []
+        self.predict_loaders: list[DataLoader] = []
+        self.num_predict_batches: list[int | None] = []
+        self.model: torch.nn.Module | None = None  # the prepared StepRouter around the module
+        self._model_for: tuple[TrainModule, bool] | None = None
+        self.training_step: Callable[..., Any] | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.module_optimizers: list[torch.optim.Optimizer] = []  # what module.optimizers() returns
+        self.scheduler_configs: list[SchedulerConfig] = []
+        self.automatic = True
+        self.custom_optimizer_step = self.custom_zero_grad = self.clip = False
+
+    # -- fit ------------------------------------------------------------------------------------------------
+    def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
+                  train_dataloaders: Any, val_dataloaders: Any,
+                  manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]]) -> None:
+        """Prepare the training and validation loaders, the model, the optimizers and schedulers for ``fit``.
+
+        ``manual_hooks`` are the (before step, after step) calls the trainer wants around a manual
+        ``optimizer.step()``.
+        """
+        name = type(module).__name__
+        manual = not module.automatic_optimization
+        train = resolve_loaders("train", train_dataloaders, datamodule, module)
+        if not train:
+            raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
+                             f"{name}.train_dataloader().")
+        val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
+        if val and not overrides(module, TrainModule, "validation_step"):
+            warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
+                          UserWarning, stacklevel=4)
+            val = []
+        if config.overfit_batches:
+            train = [without_shuffle(train[0])]
+        self.train_loader = self.accelerator.prepare(train[0])
+        self.prepared.append("train loader")
+        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
+                                                  "limit_train_batches")
+        self._set_val_loaders(config, val)
+        self.prepare_model(module, training=True)
+
+        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        if not manual and len(optimizers) != 1:
+            raise ValueError(f"{name}.configure_optimizers returned {len(optimizers)} optimizers; automatic "
+                             "optimisation uses exactly one. For several (e.g. a GAN) set `self.automatic_optimization "
+                             "= False` and step them in training_step.")
+        prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
+        prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
+        self.optimizers = prepared[:len(optimizers)]
+        self.prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
+        self.scheduler_configs = configs  # the user's schedulers: stepped once per step on every process
+        before, after = manual_hooks
+        self.module_optimizers = ([ManualOptimizer(o, before, after) for o in self.optimizers] if manual
+                                  else list(self.optimizers))
+        self.automatic = not manual
+        self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")
+        self.custom_zero_grad = overrides(module, TrainModule, "optimizer_zero_grad")
+        self.clip = config.gradient_clip_val is not None or overrides(module, TrainModule,
+                                                                      "configure_gradient_clipping")
+
+    def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
+        self.val_loaders = [self.accelerator.prepare(loader) for loader in val]
+        self.prepared += ["val loader"] * len(val)
+        self.num_val_batches = [limit_batches(loader_length(v), config.limit_val_batches, "limit_val_batches")
+                                for v in self.val_loaders]
+        sanity = config.num_sanity_val_steps
+        self.num_sanity_val_batches = [n if sanity == -1 else (sanity if n is None else min(sanity, n))
+                                       for n in self.num_val_batches]
+        self.val_every = None
+        if not self.val_loaders:
+            return
+        n_train, interval = self.num_training_batches, config.val_check_interval
+        if checks.is_int(interval):
+            if config.check_val_every_n_epoch is not None and n_train is not None and interval > n_train:
+                raise ValueError(f"Trainer(val_check_interval={interval}) is larger than the {n_train} training "
+                                 "batches of an epoch, so validation would never run: lower it, or set "
+                                 "check_val_every_n_epoch=None to validate every val_check_interval batches across "
+                                 "epochs.")
+            self.val_every = int(interval)
+        elif n_train is not None:
+            self.val_every = max(1, int(n_train * interval))
+        elif interval != 1.0:
+            raise ValueError(f"Trainer(val_check_interval={interval}) is a fraction of the epoch, but the training "
+                             "loader has no length: pass an int number of batches.")
+
+    # -- validate / test / predict ----------------------------------------------------------------------------
+    def setup_eval(self, kind: str, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
+                   dataloaders: Any) -> tuple[list[DataLoader], list[int | None]]:
+        """Prepare the loaders of ``kind`` (``"validate"``, ``"test"``, ``"predict"``) and the model."""
+        step = _STEP_OF[kind]
+        if kind != "predict" and not overrides(module, TrainModule, step):
+            raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
+                                        "batch_idx).")
+        source = _SOURCE_OF[kind]
+        loaders = resolve_loaders(source, dataloaders, datamodule, module)
+        if not loaders:
+            raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
+                             f"define {type(module).__name__}.{source}_dataloader().")
+        self.prepare_model(module, training=False)
+        if kind == "validate":
+            self._set_val_loaders(config, loaders)
+            return self.val_loaders, self.num_val_batches
+        limit = config.limit_test_batches if kind == "test" else config.limit_predict_batches
+        prepared = [self.accelerator.prepare(loader) for loader in loaders]
+        self.prepared += [f"{kind} loader"] * len(loaders)
+        counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
+        if kind == "test":
+            self.test_loaders, self.num_test_batches = prepared, counts
+        else:
+            self.predict_loaders, self.num_predict_batches = prepared, counts
+        return prepared, counts
+
+    def prepare_model(self, module: TrainModule, training: bool) -> None:
+        """Wrap the module for this setup once (again only to add DDP / FSDP2 when an evaluation came first)."""
+        if self._model_for is not None and self._model_for[0] is module and (self._model_for[1] or not training):
+            return
+        if overrides(module, TrainModule, "configure_model"):
+            module.configure_model()
+        router = StepRouter(module)
+        self.model = self.accelerator.prepare_model(router, evaluation_mode=not training)
+        self.prepared.append("model" if training else "model (evaluation)")
+        self._model_for = (module, training)
+        # Unwrapped (one process, no DDP / FSDP2 / compile / autocast wrapper, no hooks), the module's step is
+        # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
+        bare = self.model is router and type(router) is StepRouter and "forward" not in vars(router) and not (
+            router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
+        self.training_step = module.training_step if bare else functools.partial(self.model, "training_step")
+
+    # -- cadence ----------------------------------------------------------------------------------------------
+    def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:
+        every = config.check_val_every_n_epoch
+        return bool(self.val_loaders) and (every is None or (epoch + 1) % every == 0)
+
+    def val_due(self, config: TrainerConfig, epoch: int, batch_idx: int, micro_step: int) -> bool:
+        """Whether validation runs after training batch ``batch_idx`` (``micro_step`` counts across epochs)."""
+        if self.val_every is None or not self.val_in_epoch(config, epoch):
+            return False
+        if config.check_val_every_n_epoch is None:
+            return micro_step % self.val_every == 0
+        return (batch_idx + 1) % self.val_every == 0
+
+    def syncs(self, batch_idx: int, factor: int) -> bool:
+        """Whether training batch ``batch_idx`` closes an accumulation window of ``factor`` batches.
+
+        The window position comes from the stored batch index, so accumulation lines up after a resume; the last
+        batch of an epoch (also a limited one) always closes its window, as in Lightning.
+        """
+        return (batch_idx + 1) % factor == 0 or batch_idx + 1 == self.num_training_batches
+
+
+def batches(loader: Any, count: int | None, start: int = 0) -> Iterator[tuple[int, Any]]:
+    """``(batch_idx, batch)`` for the first ``count`` batches of ``loader``, numbered from ``start``.
+
+    ``start`` is the number of batches of this epoch already done before a resume; the prepared loader
+    continues from its own restored position (the engine saves it), so nothing is skipped here. A loop that
+    breaks early drops this iterator, and the engine's loader ends its pass when its generator is collected
+    (at once in CPython), so no explicit close is needed.
+    """
+    if count is not None and start >= count:
+        return iter(())
+    it = iter(loader)
+    # All of a loader is read to its end (not cut by islice), so its pass finishes and the position it saves at
+    # an epoch end is "this epoch done" (see Checkpointer.line_up_loaders for limited epochs).
+    if count is None or count == loader_length(loader):
+        return enumerate(it, start)
+    return enumerate(islice(it, count - start), start)

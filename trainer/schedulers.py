@@ -1,0 +1,70 @@
+"""`SchedulerStepper`: steps the learning-rate schedulers ``configure_optimizers`` returned, when each is due."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from trainer.metrics import MetricLogger
+from trainer.optim import SchedulerConfig
+
+
+class SchedulerStepper:
+    """Step schedulers (``interval="step"``) after each optimizer step, plateau step schedulers at the batch
+    boundary (after validation: they may monitor a validation metric), epoch schedulers at each epoch end.
+
+    Under manual optimisation the module steps its schedulers itself (as in Lightning): give ``configs=[]``.
+
+    Args:
+        configs: the parsed scheduler configurations.
+        step_fn: ``module.lr_scheduler_step(scheduler, metric)``.
+        metrics: the trainer's metric record (its ``callback_metrics`` are read when a scheduler monitors one).
+
+    Example:
+        >>> import torch
+        >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        >>> sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        >>> stepper = SchedulerStepper([SchedulerConfig(sched, interval="step")], lambda s, m: s.step(), MetricLogger(1, None, None))
+        >>> stepper.after_optimizer_step(global_step=1); opt.param_groups[0]["lr"]
+        0.5
+    """
+
+    def __init__(self, configs: list[SchedulerConfig], step_fn: Callable[[Any, Any], None],
+                 metrics: MetricLogger) -> None:
+        self._step_fn = step_fn
+        self._metrics = metrics
+        self.per_step = [c for c in configs if c.interval == "step" and not c.reduce_on_plateau]
+        self.plateau_per_step = [c for c in configs if c.interval == "step" and c.reduce_on_plateau]
+        self.per_epoch = [c for c in configs if c.interval == "epoch"]
+
+    def after_optimizer_step(self, global_step: int) -> None:
+        if self.per_step:
+            self._step(self.per_step, global_step)
+
+    def at_boundary(self, global_step: int) -> None:
+        if self.plateau_per_step:
+            self._step(self.plateau_per_step, global_step)
+
+    def at_epoch_end(self, epoch: int) -> None:
+        if self.per_epoch:
+            self._step(self.per_epoch, epoch + 1)
+
+    def _step(self, configs: list[SchedulerConfig], count: int) -> None:
+        for config in configs:
+            if count % config.frequency:
+                continue
+            metric = None
+            if config.monitor is not None:
+                metrics = self._metrics.callback_metrics
+                metric = metrics.get(config.monitor)
+                if metric is None:
+                    logged = sorted(metrics)
+                    message = (f"The scheduler {type(config.scheduler).__name__} monitors {config.monitor!r}, which "
+                               f"was never logged. Logged metrics: {logged}. Log it with self.log({config.monitor!r}"
+                               ", ...) or change 'monitor'")
+                    if config.strict:
+                        raise KeyError(message + " (or set 'strict': False to skip the step).")
+                    warnings.warn(message + "; skipping this scheduler step.", UserWarning, stacklevel=3)
+                    continue
+            self._step_fn(config.scheduler, metric)

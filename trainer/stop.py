@@ -1,0 +1,117 @@
+"""`StopController`: when ``fit`` stops, and how every process agrees on it.
+
+Anything that stops a run (``trainer.should_stop = True`` from a callback on any process, ``max_time``, a
+preemption signal) goes through the engine's trigger at a step boundary, so every process stops at the same
+step. A stop that should leave a resumable checkpoint (preemption; ``max_time`` with a ``ModelCheckpoint``)
+is reported by ``interrupt()``; the trainer saves it at that boundary.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+
+from engine import Accelerator
+from trainer.config import TrainerConfig
+from trainer.signals import PreemptionHandler
+from trainer.state import TrainState
+
+
+class StopController:
+    """Owns the stop request, the ``max_time`` clock, the interrupt flags and the agreed stop.
+
+    Args:
+        accelerator: its trigger (``set_trigger`` / ``check_trigger``) and ``reduce`` make the decision collective.
+        state: the run's ``TrainState``; ``should_stop`` and ``time_elapsed`` are written there.
+        preemption: the signal handler whose flag a preemption sets.
+    """
+
+    def __init__(self, accelerator: Accelerator, state: TrainState, preemption: PreemptionHandler) -> None:
+        self.accelerator = accelerator
+        self.state = state
+        self.preemption = preemption
+        self.world = accelerator.num_processes
+        self.requested = False  # a stop asked for on this process, not yet agreed
+        self._interrupt: str | None = None  # "preempted" / "max_time" once every process agreed on it
+        self._local_interrupts: set[str] = set()
+        self._clock = 0.0
+
+    # -- the flag callbacks set -------------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        return self.state.should_stop or self.requested
+
+    def request(self, value: bool) -> None:
+        """``trainer.should_stop = value``: True asks every process to stop at the next boundary."""
+        if value:
+            self.requested = True
+            self.accelerator.set_trigger()
+        else:
+            self.requested = self.state.should_stop = False
+
+    # -- a fit starts or resumes ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """A fit (or a resumed one) starts: nothing is pending and the clock continues from ``time_elapsed``."""
+        self.state.should_stop = self.requested = False
+        self._interrupt, self._local_interrupts = None, set()
+        self._clock = time.monotonic() - self.state.time_elapsed
+
+    def update_time(self) -> float:
+        """Bring ``state.time_elapsed`` up to date (per step with ``max_time``, else at epoch ends and saves)."""
+        self.state.time_elapsed = time.monotonic() - self._clock
+        return self.state.time_elapsed
+
+    # -- the decision -----------------------------------------------------------------------------------------
+    def fit_done(self, config: TrainerConfig, num_training_batches: int | None) -> bool:
+        """Whether fit ends before another epoch (limits reached, or an agreed stop)."""
+        state = self.state
+        if num_training_batches == 0:
+            return True  # limit_train_batches=0 turns training off (the sanity check still runs), as in Lightning
+        if config.max_epochs is not None and state.epoch >= config.max_epochs:
+            return True
+        if config.max_steps is not None and state.global_step >= config.max_steps:
+            return True
+        return self.stop_now(config)
+
+    def stop_now(self, config: TrainerConfig) -> bool:
+        """Whether to stop at this step boundary; every process reaches the same answer at the same step."""
+        state = self.state
+        if state.should_stop or (config.max_steps is not None and state.global_step >= config.max_steps):
+            return True  # decided already: no second stop (nor a second interrupt save) for the same run
+        # The clock is only read per step when max_time needs it (a clock read can be a syscall in a VM).
+        if config.max_time is not None and not self.requested and self.update_time() >= config.max_time:
+            self._local_interrupts.add("max_time")
+            self.request(True)
+        if self.preemption.received is not None and "preempted" not in self._local_interrupts:
+            self._local_interrupts.add("preempted")  # the handler only set a flag; act where everyone meets
+            self.request(True)
+        # Only a rank that asked can know a stop is pending in a single process; with several, ask everyone.
+        if (self.requested or self.world > 1) and self.accelerator.check_trigger():
+            self.requested = False
+            self._interrupt = self._agree_interrupt()
+            if self._interrupt == "preempted" or (state.epoch >= (config.min_epochs or 0)
+                                                  and state.global_step >= (config.min_steps or 0)):
+                state.should_stop = True
+            else:
+                self._interrupt = None
+                warnings.warn(f"A stop was requested at epoch {state.epoch}, step {state.global_step}, before "
+                              f"min_epochs={config.min_epochs} / min_steps={config.min_steps}: training goes on.",
+                              UserWarning, stacklevel=3)
+        return state.should_stop
+
+    def take_interrupt(self) -> str | None:
+        """The agreed interrupt (``"preempted"`` / ``"max_time"``) of the stop just decided, once."""
+        reason, self._interrupt = self._interrupt, None
+        return reason
+
+    def _agree_interrupt(self) -> str | None:
+        """Why the agreed stop happened, if it was an interrupt on any process (one reduce, only at a stop)."""
+        local = self._local_interrupts
+        flags = torch.tensor([float("preempted" in local), float("max_time" in local)], device=self.accelerator.device)
+        if self.world > 1:
+            flags = self.accelerator.reduce(flags, "sum")
+        local.clear()
+        preempted, timed_out = (bool(v) for v in flags.tolist())
+        return "preempted" if preempted else "max_time" if timed_out else None

@@ -1,0 +1,48 @@
+"""`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import Accelerator
+from trainer.metrics import to_python
+from trainer.state import TrainState
+
+
+class TrackerLink:
+    """The trainer's side of the engine's trackers: the run configuration, metric payloads, the end.
+
+    Trackers start at the first run that logs (never under ``fast_dev_run``) and finish once; a failed run
+    finishes them too, so their files are complete.
+    """
+
+    def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool) -> None:
+        self.accelerator = accelerator
+        self.state = state
+        self.project_name = project_name
+        self.enabled = enabled and bool(accelerator.log_with)
+        self.started = self.finished = False
+
+    def start(self, owners: tuple[Any, ...]) -> None:
+        """Start the trackers with the hyperparameters of ``owners`` (the module and data module) as config."""
+        if self.started or not self.enabled:
+            return
+        config: dict[str, Any] = {}
+        for owner in owners:
+            if owner is not None and owner.__dict__.get("_log_hyperparams", True):
+                config.update(owner.hparams)
+        self.accelerator.init_trackers(self.project_name, config=config or None)
+        self.started = True
+
+    def log(self, values: dict[str, Any], step: int | None = None) -> None:
+        """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running."""
+        # Only a process that runs trackers converts the tensors (the one device sync of logging).
+        if values and self.started and not self.finished and self.accelerator.trackers:
+            payload = to_python(values)
+            payload.setdefault("epoch", self.state.epoch)
+            self.accelerator.log(payload, step=self.state.global_step if step is None else step)
+
+    def finish(self) -> None:
+        if self.started and not self.finished:
+            self.finished = True
+            self.accelerator.finish_trackers()
