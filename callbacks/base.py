@@ -124,6 +124,13 @@ class Callback:
         'CountBatches'
     """
 
+    def skipped_hooks(self) -> frozenset[str]:
+        """Hooks this callback overrides but does not need in the run about to start (asked once as each run
+        starts, before ``setup``): the trainer then never calls them in that run. The default is none; a
+        callback whose per-batch hook has nothing to do in some configuration (a progress bar writing to a
+        file) returns it here, so the per-batch path costs nothing."""
+        return frozenset()
+
     @property
     def state_key(self) -> str:
         """The key of this callback's state in a checkpoint; unique per trainer (override when several instances

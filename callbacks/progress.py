@@ -60,10 +60,17 @@ class ProgressBar(Callback):
         self._terminal = False
         self._in_fit = False
         self._train: _Progress | None = None
+        self._first_batch = 0
         self._eval: _Progress | None = None
         self._last_metrics = 0.0
 
     # -- runs -------------------------------------------------------------------------------------------------
+    def skipped_hooks(self) -> frozenset[str]:
+        # Not a terminal: nothing is drawn per training batch (the epoch line counts batches from the trainer's
+        # state), so the trainer need not call this callback on every batch.
+        isatty = getattr(self._given_stream or sys.stdout, "isatty", None)
+        return frozenset() if callable(isatty) and isatty() else frozenset({"on_train_batch_end"})
+
     def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._stream = self._given_stream or sys.stdout
         self._active = trainer.is_global_zero and self.refresh_rate > 0
@@ -82,6 +89,7 @@ class ProgressBar(Callback):
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs is not None else ""
         self._train = self._start(f"Epoch {trainer.current_epoch + 1}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
+        self._first_batch = trainer.state.batch_in_epoch  # batches of this epoch done before a resume
 
     def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -94,6 +102,8 @@ class ProgressBar(Callback):
     def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         progress, self._train = self._train, None
         if progress is not None:
+            if progress.bar is None:
+                progress.count = trainer.state.batch_in_epoch - self._first_batch
             self._finish(progress, trainer, f"{progress.count} batches, step {trainer.global_step}", metrics=True)
 
     # -- evaluation -------------------------------------------------------------------------------------------

@@ -40,9 +40,11 @@ class HookTable:
         # Every overrider of each hook in calling order (callbacks, then the module), each taking the hook's own
         # arguments: the per-step hooks loop over these tuples directly, which costs nothing when one is empty.
         self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
+        skipped = [cb.skipped_hooks() if overrides(cb, Callback, "skipped_hooks") else frozenset() for cb in callbacks]
         for name in HOOK_NAMES:
             self._callbacks[name] = tuple(functools.partial(getattr(cb, name), trainer, module)
-                                          for cb in callbacks if overrides(cb, Callback, name))
+                                          for cb, skip in zip(callbacks, skipped)
+                                          if overrides(cb, Callback, name) and name not in skip)
             self._module[name] = getattr(module, name) if overrides(module, module_base, name) else None
             self.overriders[name] = self._callbacks[name] + ((self._module[name],) if self._module[name] else ())
 

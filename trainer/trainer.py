@@ -377,7 +377,7 @@ class Trainer:
         else:
             optimizer.zero_grad()
         state.global_step += 1
-        if not getattr(optimizer, "step_was_skipped", False):
+        if self.schedulers.per_step and not getattr(optimizer, "step_was_skipped", False):
             self.schedulers.after_optimizer_step(state.global_step)
 
     def _manual_before_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -399,7 +399,8 @@ class Trainer:
         the checkpoints that waited for this point, and act on an interrupt. Returns whether to stop."""
         stop = False
         if stepped:
-            self.schedulers.at_boundary(self.state.global_step)  # after validation: may monitor a val metric
+            if self.schedulers.plateau_per_step:  # after validation: they may monitor a validation metric
+                self.schedulers.at_boundary(self.state.global_step)
             stop = self.stop.stop_now(self.config)
         self.checkpointer.flush(stepped)
         if stop:
