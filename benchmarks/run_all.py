@@ -72,7 +72,7 @@ def step_rows(rounds: int, steps: int) -> list[Row]:
     variants = {**loop_factories(), "raw + DataLoader": trainer_overhead.RawLoaderLoop,
                 "trainer, tracker every step": trainer_overhead.TRAINER_VARIANTS["trainer, tracker every step"]}
     threads = torch.get_num_threads()
-    us = step_overhead.measure(variants, rounds, steps)  # on one thread
+    us, _cpu = step_overhead.measure(variants, rounds, steps)  # on one thread; wall medians
     torch.set_num_threads(threads)
     through_loader = ("trainer", "lightning")  # these loops read a DataLoader: compare with raw + DataLoader
     excess = {name: us[name] - us["raw + DataLoader" if name in through_loader else "raw"]

@@ -90,29 +90,36 @@ except ImportError:
     pass
 
 
-def _run(fn: Any, steps: int) -> float:
-    """Seconds for ``steps`` steps. A variant that runs whole loops (the Trainer) has ``run_steps`` and times
-    itself, since its loop cannot be called one step at a time."""
+def _run(fn: Any, steps: int) -> tuple[float, float]:
+    """Wall and CPU (this thread's) seconds for ``steps`` steps. A variant that runs whole loops (the Trainer) has
+    ``run_steps`` and times itself, since its loop cannot be called one step at a time. CPU time leaves out the
+    time the process waited for a core, so it stays meaningful on a loaded machine."""
     run_steps = getattr(fn, "run_steps", None)
     if run_steps is not None:
-        return float(run_steps(steps))
-    start = time.perf_counter()
+        wall, cpu = run_steps(steps)
+        return float(wall), float(cpu)
+    start, cpu_start = time.perf_counter(), time.thread_time()
     for i in range(steps):
         fn(i)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.thread_time() - cpu_start
 
 
-def measure(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> dict[str, float]:
-    """Median microseconds per step for each variant, interleaved round by round."""
+def measure(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> tuple[dict[str, float],
+                                                                                     dict[str, float]]:
+    """Median wall and CPU microseconds per step for each variant, interleaved round by round."""
     torch.set_num_threads(1)
     fns = {name: make() for name, make in variants.items()}
     for fn in fns.values():  # warm-up
         _run(fn, 50)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(_run(fn, steps) / steps * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
+            seconds, cpu_seconds = _run(fn, steps)
+            wall[name].append(seconds / steps * 1e6)
+            cpu[name].append(cpu_seconds / steps * 1e6)
+    return ({name: statistics.median(v) for name, v in wall.items()},
+            {name: statistics.median(v) for name, v in cpu.items()})
 
 
 def main() -> None:
@@ -120,11 +127,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    result = measure(VARIANTS, args.rounds, args.steps)
-    raw = result["raw"]
-    print(f"{'loop':<28}{'us/step':>10}{'extra us/step':>16}")
-    for name, value in result.items():
-        print(f"{name:<28}{value:>10.1f}{value - raw:>16.1f}")
+    wall, cpu = measure(VARIANTS, args.rounds, args.steps)
+    print(f"{'loop':<28}{'us/step':>10}{'extra us/step':>16}{'cpu us/step':>13}{'extra':>8}")
+    for name, value in wall.items():
+        print(f"{name:<28}{value:>10.1f}{value - wall['raw']:>16.1f}{cpu[name]:>13.1f}{cpu[name] - cpu['raw']:>8.1f}")
 
 
 if __name__ == "__main__":

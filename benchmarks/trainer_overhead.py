@@ -57,23 +57,23 @@ class RawLoaderLoop:
         self.model, self.data = _model(), _data()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
 
-    def run_steps(self, steps: int) -> float:
-        """Seconds for one epoch of ``steps`` steps."""
+    def run_steps(self, steps: int) -> tuple[float, float]:
+        """Wall and CPU seconds for one epoch of ``steps`` steps."""
         model, opt = self.model, self.opt
         loader = DataLoader(_Cycle(self.data, steps), batch_size=None)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.thread_time() - cpu
 
 
 class TrainerLoop:
     """A Trainer that runs one epoch of ``steps`` batches per ``run_steps`` call and times it from the inside."""
 
-    def __init__(self, log_every_n_steps: int = 50) -> None:
+    def __init__(self, log_every_n_steps: int = 50, logging: bool = True) -> None:
         from callbacks import Callback
         from trainer import Trainer, TrainModule
 
@@ -85,38 +85,41 @@ class TrainerLoop:
             def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
                 x, y = batch
                 loss = torch.nn.functional.cross_entropy(self.net(x), y)
-                self.log("loss", loss)
+                if logging:
+                    self.log("loss", loss)
                 return loss
 
             def configure_optimizers(self) -> torch.optim.Optimizer:
                 return torch.optim.SGD(self.parameters(), lr=0.01)
 
         class EpochTimer(Callback):
-            seconds = 0.0
+            seconds = cpu_seconds = 0.0
 
             def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-                self.started = time.perf_counter()
+                self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
                 self.seconds = time.perf_counter() - self.started
+                self.cpu_seconds = time.thread_time() - self.cpu_started
 
         self.timer = EpochTimer()
         self.folder = tempfile.TemporaryDirectory(prefix="ember-bench-")
-        self.trainer = Trainer(max_epochs=0, log_with="csv", project_dir=self.folder.name, num_sanity_val_steps=0,
+        self.trainer = Trainer(max_epochs=0, log_with="csv" if logging else None, project_dir=self.folder.name,
+                               num_sanity_val_steps=0, enable_checkpointing=False,
                                enable_model_summary=False, log_every_n_steps=log_every_n_steps,
                                callbacks=[self.timer])
         self.module = Classifier()
         self.data = _data()
         self.sink = io.StringIO()  # not a terminal: the progress bar prints one line per epoch
 
-    def run_steps(self, steps: int) -> float:
-        """Seconds for one epoch of ``steps`` steps."""
+    def run_steps(self, steps: int) -> tuple[float, float]:
+        """Wall and CPU seconds for one epoch of ``steps`` steps."""
         self.trainer.max_epochs = (self.trainer.max_epochs or 0) + 1
         self.sink.seek(0)
         self.sink.truncate()
         with contextlib.redirect_stdout(self.sink):
             self.trainer.fit(self.module, DataLoader(_Cycle(self.data, steps), batch_size=None))
-        return self.timer.seconds
+        return self.timer.seconds, self.timer.cpu_seconds
 
 
 class LightningLoop:
@@ -151,13 +154,14 @@ class LightningLoop:
                 return torch.optim.SGD(self.parameters(), lr=0.01)
 
         class EpochTimer(pl.Callback):  # type: ignore[misc]
-            seconds = 0.0
+            seconds = cpu_seconds = 0.0
 
             def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-                self.started = time.perf_counter()
+                self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
                 self.seconds = time.perf_counter() - self.started
+                self.cpu_seconds = time.thread_time() - self.cpu_started
 
         self.timer = EpochTimer()
         self.folder = tempfile.TemporaryDirectory(prefix="ember-bench-")
@@ -168,17 +172,18 @@ class LightningLoop:
         self.module = Classifier()
         self.data = _data()
 
-    def run_steps(self, steps: int) -> float:
-        """Seconds for one epoch of ``steps`` steps."""
+    def run_steps(self, steps: int) -> tuple[float, float]:
+        """Wall and CPU seconds for one epoch of ``steps`` steps."""
         self.trainer.fit_loop.max_epochs += 1
         self.trainer.fit(self.module, DataLoader(_Cycle(self.data, steps), batch_size=None))
-        return self.timer.seconds
+        return self.timer.seconds, self.timer.cpu_seconds
 
 
 TRAINER_VARIANTS: dict[str, Callable[[], Any]] = {
     "raw + DataLoader": RawLoaderLoop,
     "trainer": TrainerLoop,
     "trainer, tracker every step": lambda: TrainerLoop(log_every_n_steps=1),
+    "trainer, logging off": lambda: TrainerLoop(logging=False),
 }
 if importlib.util.find_spec("lightning") is not None:
     TRAINER_VARIANTS["lightning"] = LightningLoop
@@ -210,11 +215,13 @@ def main() -> None:
     parser.add_argument("--import-rounds", type=int, default=10)
     args = parser.parse_args()
     variants = {"raw": make_raw, "engine": make_engine, **TRAINER_VARIANTS}
-    result = measure(variants, args.rounds, args.steps)
-    raw, loader = result["raw"], result["raw + DataLoader"]
-    print(f"{'loop':<30}{'us/step':>10}{'over raw':>12}{'over raw + DataLoader':>24}")
-    for name, value in result.items():
-        print(f"{name:<30}{value:>10.1f}{value - raw:>12.1f}{value - loader:>24.1f}")
+    wall, cpu = measure(variants, args.rounds, args.steps)
+    print(f"{'loop':<30}{'us/step':>9}{'over raw':>10}{'over raw+DL':>13}{'cpu us/step':>13}{'over raw':>10}"
+          f"{'over raw+DL':>13}")
+    for name in wall:
+        print(f"{name:<30}{wall[name]:>9.1f}{wall[name] - wall['raw']:>+10.1f}"
+              f"{wall[name] - wall['raw + DataLoader']:>+13.1f}{cpu[name]:>13.1f}{cpu[name] - cpu['raw']:>+10.1f}"
+              f"{cpu[name] - cpu['raw + DataLoader']:>+13.1f}")
     torch_s, trainer_s = import_overhead(args.import_rounds)
     print(f"\nimport torch: {torch_s:.3f} s, import trainer: {trainer_s:.3f} s, "
           f"trainer over torch: {trainer_s - torch_s:+.3f} s")
