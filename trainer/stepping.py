@@ -9,13 +9,12 @@ import torch
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
 from trainer.module import TrainModule
+from trainer.setup import check_module
 
 
 def check_trainable(module: Any, accumulate: int | None, clip: float | None, on_nonfinite_loss: str) -> None:
     """Fail before any set-up work when ``module`` cannot be trained as configured."""
-    if not isinstance(module, TrainModule):
-        raise TypeError(f"The trainer runs TrainModule subclasses. Received: {type(module).__name__}: derive your "
-                        "model from trainer.TrainModule.")
+    check_module(module)
     name = type(module).__name__
     if not overrides(module, TrainModule, "training_step"):
         raise MisconfigurationError(f"{name} has no training_step: add `def training_step(self, batch, batch_idx)` "
