@@ -33,8 +33,7 @@ from engine.optimizer import AcceleratedOptimizer
 from engine.random import set_seed
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
-
-__version__ = "0.1.0"
+from engine.version import __version__
 
 # Imported on first use so `import engine` stays cheap and free of optional packages.
 _LAZY = {

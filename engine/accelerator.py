@@ -29,6 +29,7 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
+from engine.environment import EngineEnvironment
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
 from engine.precision import (
@@ -89,9 +90,10 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
             if value is not None:
                 raise NotImplementedError(f"{name} is not supported: {_UNSUPPORTED}. Remove `{name}=`.")
         mixed_precision = validate_precision(mixed_precision)
-        env_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")
-        if mixed_precision is None and env_precision:
-            mixed_precision = validate_precision(env_precision.lower())
+        # The ACCELERATE_* / launcher variables, read once here and passed down (they override the keywords).
+        environment = EngineEnvironment.from_env()
+        if mixed_precision is None and environment.mixed_precision:
+            mixed_precision = validate_precision(environment.mixed_precision.lower())
 
         self.project_configuration = project_config if project_config is not None else ProjectConfiguration()
         if project_dir is not None and self.project_configuration.project_dir is None:  # the config wins
@@ -104,12 +106,13 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
         self.autocast_handler: AutocastKwargs | None = handlers.get(AutocastKwargs)
         init_kwargs = self.init_handler.to_kwargs() if self.init_handler is not None else {}
 
-        if fsdp_plugin is None and os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+        if fsdp_plugin is None and environment.use_fsdp:
             from engine.fsdp import FullyShardedDataParallelPlugin
 
             fsdp_plugin = FullyShardedDataParallelPlugin()
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
-                                      dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
+                                      dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
+                                      **init_kwargs)
         self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
         self.device_placement = device_placement
         self.dataloader_config = self._merge_dataloader_config(dataloader_config, split_batches, dispatch_batches,
@@ -121,7 +124,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
                                  "GradientAccumulationPlugin were given: set the number of steps in the plugin only.")
         else:
             # Parsed from text as Accelerate does: 2.0 or True is a ValueError, "2" is accepted.
-            steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(gradient_accumulation_steps)))
+            env_steps = environment.gradient_accumulation_steps
+            steps = int(env_steps if env_steps is not None else str(gradient_accumulation_steps))
             gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
         self.gradient_state = GradientState(gradient_accumulation_plugin=gradient_accumulation_plugin)
 

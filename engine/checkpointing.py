@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, save_bytes
 from engine.checksum import FileRecord, hash_file
+from engine.version import __version__
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "ember-checkpoint"
@@ -42,8 +43,6 @@ _AUTO_NAME = re.compile(r"^checkpoint_(\d+)$")
 # -- the manifest -------------------------------------------------------------------------------------------
 def write_manifest(folder: str, files: Mapping[str, FileRecord], **info: Any) -> None:
     """Write and fsync ``manifest.json`` describing ``files`` (paths relative to ``folder``) and ``info``."""
-    from engine import __version__
-
     manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "ember_version": __version__,
                 "created": time.time(), **info,
                 "files": {name: files[name].to_json() for name in sorted(files)}}

@@ -9,11 +9,8 @@ import platform
 import sys
 from collections.abc import Sequence
 
+from engine.environment import describe
 from engine.launch import add_launch_commands, config_report
-
-_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
-                "OMP_NUM_THREADS")
 
 
 def _version(package: str) -> str:
@@ -45,10 +42,7 @@ def env_report() -> str:
                  f"{torch.distributed.is_gloo_available()}, nccl: {torch.distributed.is_nccl_available()})")
     for package in ("tensorboard", "wandb", "comet-ml", "tqdm", "safetensors", "numpy"):
         lines.append(f"{package}: {_version(package)}")
-    launch = {k: os.environ[k] for k in _LAUNCH_VARS if k in os.environ}
-    lines.append("Launch environment: " + (", ".join(f"{k}={v}" for k, v in launch.items()) or "none (1 process)"))
-    settings = {k: v for k, v in os.environ.items() if k.startswith(("EMBER_", "ACCELERATE_"))}
-    lines.append("Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none"))
+    lines.extend(describe())
     lines.extend(config_report())
     return "\n".join(lines)
 

@@ -204,43 +204,6 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
     return recursively_apply(one, tensor, error_on_other_type=True)
 
 
-def split_for_process(inputs: Any, num_processes: int, process_index: int, apply_padding: bool = False) -> Any:
-    """This process's contiguous share of ``inputs``; with ``apply_padding`` every share has the same length."""
-    if num_processes == 1:
-        return inputs
-    length = len(inputs)  # as Accelerate: an object without a length is a TypeError...
-    if not isinstance(inputs, (list, tuple, torch.Tensor, Mapping)) and not hasattr(inputs, "select"):
-        return inputs  # ...and a str, range, array, ... is given whole to every process
-    if isinstance(inputs, Mapping):
-        lengths = {k: len(v) for k, v in inputs.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"split_between_processes needs every value of the dict to have the same length, got "
-                             f"{lengths}.")
-        # Padding repeats the last element of the *whole* input; per key, that is each value's last element.
-        return {k: split_for_process(v, num_processes, process_index, apply_padding) for k, v in inputs.items()}
-    per, extra = divmod(length, num_processes)
-    start = process_index * per + min(process_index, extra)
-    end = start + per + (1 if process_index < extra else 0)
-    if not isinstance(inputs, (list, tuple, torch.Tensor)):  # a Hugging Face `datasets.Dataset`
-        rows = list(range(start, end))
-        return inputs.select(rows + [length - 1] * (per + (extra > 0) - len(rows)) if apply_padding and length
-                             else rows)
-    share = inputs[start:end]
-    if not apply_padding or length == 0:
-        return share
-    target = per + (1 if extra > 0 else 0)
-    missing = target - (end - start)
-    if missing <= 0:
-        return share
-    if isinstance(inputs, torch.Tensor):
-        last = inputs[-1:]
-        return torch.cat([share, last.expand(missing, *last.shape[1:])], dim=0)
-    padding = [inputs[-1]] * missing
-    if isinstance(share, tuple):
-        return share + tuple(padding)
-    return list(share) + padding
-
-
 def concatenate(data: list[Any], dim: int = 0) -> Any:
     """Concatenate a list of (nested) batches along ``dim``; batches of different shapes raise naming them."""
     first = data[0]

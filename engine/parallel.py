@@ -15,16 +15,17 @@ from torch.nn.parallel import DistributedDataParallel
 from engine.config import DistributedDataParallelKwargs
 from engine.state import DistributedType, PartialState
 
-# Every DDP wrapper made here, so that destroying the process group can release their hold on it.
+# Every DDP wrapper made here, so that destroying the process group can release their hold on it (wrap_ddp
+# registers `release_ddp_wrappers` with the state's teardown, which runs in `destroy_process_group`).
 _DDP_WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
 
 def release_ddp_wrappers() -> None:
     """Drop the process-group handles (reducer, logger, group) of the DDP wrappers made by ``wrap_ddp``.
 
-    Called when the process group is destroyed. Otherwise a wrapper that lives until interpreter shutdown (a
-    module global, a reference cycle) frees its gloo group during finalization, which aborts the process with
-    "terminate called without an active exception" in about one run in four (torch 2.13, reproduced with plain
+    Called when the process group is destroyed (``PartialState.destroy_process_group`` runs it: ``wrap_ddp``
+    registers it there). Otherwise a wrapper that lives until interpreter shutdown (a module global, a reference
+    cycle) frees its gloo group during finalization, which aborts the process with "terminate called without an active exception" in about one run in four (torch 2.13, reproduced with plain
     torch: DDP + destroy_process_group + exit). A released wrapper can no longer run distributed steps, which it
     could not do without a process group anyway; ``unwrap_model`` still gives the trained module.
     """
@@ -47,6 +48,7 @@ def wrap_ddp(model: torch.nn.Module, state: PartialState, handler: DistributedDa
     if handler is not None and handler.comm_hook != "no":
         _register_comm_hook(ddp, handler)
     _DDP_WRAPPERS.add(ddp)
+    state.register_teardown(release_ddp_wrappers)
     return ddp
 
 

@@ -1,8 +1,8 @@
 """Process-wide state: which processes exist, which device this one uses, and gradient-sync bookkeeping.
 
 All ``PartialState()`` instances see one shared record (as in Accelerate): the first construction reads the
-environment (torchrun, SLURM, MPI variables), starts the process group and picks the device; later constructions
-return views of the same record. ``_reset_state()`` drops the record (tests use it between cases).
+environment (``EngineEnvironment``: torchrun, SLURM, MPI variables), starts the process group and picks the
+device; later constructions return views of the same record. ``_reset_state()`` drops the record (tests use it between cases).
 """
 
 from __future__ import annotations
@@ -10,17 +10,19 @@ from __future__ import annotations
 import atexit
 import enum
 import gc
-import os
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from engine.environment import EngineEnvironment, read_fork_launched, write_rendezvous_variables
+from engine.gradient_state import GradientState
+from engine.splitting import split_for_process
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,75 +47,6 @@ class DistributedType(str, enum.Enum):
 
     def __str__(self) -> str:
         return f"DistributedType.{self.value}"
-
-
-def _env_int(*names: str, default: int) -> int:
-    for name in names:
-        value = os.environ.get(name)
-        if value not in (None, ""):
-            return int(value)
-    return default
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "y", "on"}
-
-
-@dataclass
-class _LaunchInfo:
-    """Rank and world size as the launcher (torchrun, SLURM, MPI) described them in the environment."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    launched: bool
-
-
-def _read_launch_environment() -> _LaunchInfo:
-    if "RANK" in os.environ or "WORLD_SIZE" in os.environ or "LOCAL_RANK" in os.environ:
-        world = _env_int("WORLD_SIZE", default=1)
-        return _LaunchInfo(_env_int("RANK", default=0), world, _env_int("LOCAL_RANK", default=0),
-                           _env_int("LOCAL_WORLD_SIZE", default=world), True)
-    for rank_var, size_var, local_var, local_size_var in (
-        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-        ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),
-    ):
-        if _env_int(size_var, default=1) > 1:
-            world = _env_int(size_var, default=1)
-            return _LaunchInfo(_env_int(rank_var, default=0), world, _env_int(local_var, default=0),
-                               _env_int(local_size_var, default=world), True)
-    # SLURM started the processes itself (srun) and no launcher ran: its variables describe the job.
-    if _env_int("SLURM_NTASKS", default=1) > 1 and "SLURM_PROCID" in os.environ:
-        world = _env_int("SLURM_NTASKS", default=1)
-        return _LaunchInfo(_env_int("SLURM_PROCID", default=0), world, _env_int("SLURM_LOCALID", default=0),
-                           _slurm_tasks_on_this_node(world), True)
-    return _LaunchInfo(0, 1, 0, 1, False)
-
-
-def _slurm_tasks_on_this_node(world: int) -> int:
-    """This node's task count from ``SLURM_TASKS_PER_NODE`` (e.g. ``"2(x3),1"``: 2 on nodes 0-2, 1 on node 3)."""
-    counts: list[int] = []
-    for part in os.environ.get("SLURM_STEP_TASKS_PER_NODE", os.environ.get("SLURM_TASKS_PER_NODE", "")).split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if match:
-            counts += [int(match.group(1))] * int(match.group(2) or 1)
-    node = _env_int("SLURM_NODEID", default=0)
-    if node < len(counts):
-        return counts[node]
-    return _env_int("SLURM_NTASKS_PER_NODE", default=world)
-
-
-def _slurm_master_addr() -> str | None:
-    nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
-    if not nodes:
-        return None
-    first = nodes.split(",")[0]
-    if "[" in first:  # "node[03-07,9]" -> "node03"
-        prefix, ranges = first.split("[", 1)
-        first = prefix + ranges.rstrip("]").split(",")[0].split("-")[0]
-    return first
 
 
 def _default_device(cpu: bool) -> torch.device:
@@ -156,22 +89,30 @@ class PartialState:
     """
 
     _shared: _ProcessRecord | None = None
+    # Run (then forgotten) when the default process group is destroyed. The layers above register what holds the
+    # group (parallel.py: its DDP wrappers), so that this module, the bottom of the engine, imports none of them.
+    # Kept on the class, not the record: the process group outlives `_reset_state()`.
+    _teardown: ClassVar[list[Callable[[], None]]] = []
 
-    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+    def __init__(self, cpu: bool = False, *, _environment: EngineEnvironment | None = None, **kwargs: Any) -> None:
         if PartialState._shared is None:
-            PartialState._shared = self._initialise(cpu or _env_flag("ACCELERATE_USE_CPU"), kwargs)
+            env = _environment if _environment is not None else EngineEnvironment.from_env()
+            PartialState._shared = self._initialise(cpu or env.use_cpu, env, kwargs)
         elif kwargs and kwargs != PartialState._shared.init_kwargs:
             warnings.warn(f"Process-group settings {kwargs} (InitProcessGroupKwargs) have no effect: the process "
                           "state was already initialised without them. Pass them to the first Accelerator / "
                           "PartialState of the process.", stacklevel=2)
-        PartialState._shared.fork_launched = _env_flag("FORK_LAUNCHED")
+        # Re-read on every construction, as Accelerate does (a notebook launcher sets it in its children); when no
+        # environment was passed down, this is one variable, not the whole set: PartialState() is built per step.
+        PartialState._shared.fork_launched = (_environment.fork_launched if _environment is not None
+                                              else read_fork_launched())
 
     @staticmethod
-    def _initialise(cpu: bool, kwargs: dict[str, Any]) -> _ProcessRecord:
-        launch = _read_launch_environment()
+    def _initialise(cpu: bool, env: EngineEnvironment, kwargs: dict[str, Any]) -> _ProcessRecord:
+        launch = env.launch
         requested_backend = kwargs.pop("backend", None)
-        debug = _env_flag("ACCELERATE_DEBUG_MODE")
-        preset_device = os.environ.get("ACCELERATE_TORCH_DEVICE")
+        debug = env.debug_mode
+        preset_device = env.torch_device
         use_cuda = not cpu and torch.cuda.is_available()
         if dist.is_available() and dist.is_initialized():
             # A process group made by the user (or a test) is adopted as it is.
@@ -193,7 +134,7 @@ class PartialState:
             if requested_backend is not None and requested_backend != backend:
                 raise ValueError(f"InitProcessGroupKwargs(backend={requested_backend!r}) does not match the backend "
                                  f"this run needs ({backend!r} for {dtype}); remove the backend argument.")
-            _prepare_environment(launch, use_cuda)
+            write_rendezvous_variables(env, use_cuda)
             if use_cuda:
                 torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
             dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
@@ -329,8 +270,6 @@ class PartialState:
     @contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """Give each process its contiguous share of ``inputs`` (list, tuple, tensor, or dict of those)."""
-        from engine.operations import split_for_process
-
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -349,9 +288,20 @@ class PartialState:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
             if group is None:
-                from engine.parallel import release_ddp_wrappers
+                callbacks = list(PartialState._teardown)
+                PartialState._teardown.clear()
+                for callback in callbacks:
+                    callback()
 
-                release_ddp_wrappers()
+    @classmethod
+    def register_teardown(cls, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when the default process group is destroyed (registering twice is one call).
+
+        For objects that hold the process group and must let go of it before interpreter shutdown, e.g. the DDP
+        wrappers made by ``Accelerator.prepare``.
+        """
+        if callback not in cls._teardown:
+            cls._teardown.append(callback)
 
     # -- decorators decided at decoration time ----------------------------------------------------------------
     def _run_if(self, condition: bool, function: F) -> F:
@@ -391,30 +341,6 @@ def _collect_before_exit() -> None:
     gc.collect()
 
 
-def _prepare_environment(launch: _LaunchInfo, use_cuda: bool) -> None:
-    """Write the rank variables back (as torchrun would) and fill in what a gloo/nccl rendezvous needs."""
-    os.environ["RANK"] = str(launch.rank)
-    os.environ["WORLD_SIZE"] = str(launch.world_size)
-    os.environ["LOCAL_RANK"] = str(launch.local_rank)
-    os.environ["LOCAL_WORLD_SIZE"] = str(launch.local_world_size)
-    if "MASTER_ADDR" not in os.environ:
-        addr = _slurm_master_addr()
-        if addr is None and launch.local_world_size < launch.world_size:
-            raise ValueError(f"This run spans several nodes (WORLD_SIZE={launch.world_size}, "
-                             f"LOCAL_WORLD_SIZE={launch.local_world_size}) but MASTER_ADDR is not set: set it to the "
-                             "address of the rank-0 node, or start the job with `ember launch --rdzv-endpoint`.")
-        os.environ["MASTER_ADDR"] = addr or "127.0.0.1"
-    # Under SLURM several jobs may share a node: derive the port from the job id rather than all using 29500.
-    job_id = os.environ.get("SLURM_JOB_ID", "")
-    os.environ.setdefault("MASTER_PORT", str(15000 + int(job_id) % 20000) if job_id.isdigit() else "29500")
-    if not use_cuda and "OMP_NUM_THREADS" not in os.environ:
-        threads = max(1, (os.cpu_count() or 1) // max(1, launch.local_world_size))
-        torch.set_num_threads(threads)
-        warnings.warn(f"OMP_NUM_THREADS is not set: using {threads} threads per process "
-                      f"({os.cpu_count()} cores / {launch.local_world_size} local processes). "
-                      "Set OMP_NUM_THREADS to choose.", stacklevel=3)
-
-
 @dataclass
 class _AcceleratorRecord:
     mixed_precision: str
@@ -432,9 +358,11 @@ class AcceleratorState:
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  deepspeed_plugin: Any = None, fsdp_plugin: Any = None, megatron_lm_plugin: Any = None,
-                 _from_accelerator: bool = False, **kwargs: Any) -> None:
-        cpu = cpu or _env_flag("ACCELERATE_USE_CPU")
-        self._partial = PartialState(cpu, **kwargs)
+                 _from_accelerator: bool = False, _environment: EngineEnvironment | None = None,
+                 **kwargs: Any) -> None:
+        env = _environment if _environment is not None else EngineEnvironment.from_env()
+        cpu = cpu or env.use_cpu
+        self._partial = PartialState(cpu, _environment=env, **kwargs)
         if AcceleratorState._shared is not None:
             self._check_initialized(mixed_precision, cpu)
             return
@@ -442,7 +370,7 @@ class AcceleratorState:
             raise ValueError("Please make sure to properly initialize your accelerator via "
                              "`accelerator = Accelerator()` before using any functionality from the "
                              "`AcceleratorState`.")
-        precision = (mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no").lower()
+        precision = (mixed_precision or env.mixed_precision or "no").lower()
         AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin)
         if fsdp_plugin is not None and self._partial.use_distributed:
             self._partial.distributed_type = DistributedType.FSDP
@@ -494,8 +422,5 @@ class AcceleratorState:
     def __repr__(self) -> str:
         return repr(self._partial) + f"\nMixed precision type: {self.mixed_precision}\n"
 
-
-# GradientState lives in its own module; it is re-exported here because it is part of the state API.
-from engine.gradient_state import GradientState
 
 __all__ = ["AcceleratorState", "DistributedType", "GradientState", "PartialState"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.state import _read_launch_environment, _slurm_master_addr, _slurm_tasks_on_this_node
+from engine.environment import read_launch, slurm_master_addr, slurm_tasks_on_this_node
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
 
@@ -48,21 +48,21 @@ def test_slurm_environment_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_LOCALID", "0")
     monkeypatch.setenv("SLURM_TASKS_PER_NODE", "2(x3),1")  # nodes 0-2 run 2 tasks, node 3 runs 1
     monkeypatch.setenv("SLURM_NODEID", "3")
-    info = _read_launch_environment()
+    info = read_launch(os.environ)
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.launched) == (6, 7, 0, 1, True)
     monkeypatch.setenv("SLURM_NODEID", "1")
-    assert _slurm_tasks_on_this_node(7) == 2
+    assert slurm_tasks_on_this_node(os.environ, 7) == 2
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[03-07,9],cpu01")
-    assert _slurm_master_addr() == "gpu03"
+    assert slurm_master_addr(os.environ) == "gpu03"
     # A launcher's variables win over SLURM's (torchrun started inside an allocation).
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert (_read_launch_environment().rank, _read_launch_environment().world_size) == (1, 2)
+    assert (read_launch(os.environ).rank, read_launch(os.environ).world_size) == (1, 2)
     # One SLURM task (an sbatch script run without srun) is a single process.
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name)
     monkeypatch.setenv("SLURM_NTASKS", "1")
-    assert not _read_launch_environment().launched
+    assert not read_launch(os.environ).launched
 
 
 def _collective_one_rank_skips(timeout_s: float) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import free_port
 
@@ -41,3 +42,25 @@ def test_end_training_then_exit_never_aborts(tmp_path: Path) -> None:
                                 text=True, timeout=120)
         assert result.returncode == 0, f"attempt {attempt}:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
         assert "terminate called" not in result.stderr
+
+
+def _released_by_end_training() -> dict[str, Any]:
+    import torch
+
+    from engine import Accelerator, PartialState
+
+    acc = Accelerator()
+    model = acc.prepare(torch.nn.Linear(4, 4))
+    acc.backward(model(torch.randn(2, 4)).sum())
+    held_before = [name for name in ("reducer", "logger", "process_group") if name in model.__dict__]
+    registered = len(PartialState._teardown)
+    acc.end_training()  # state.destroy_process_group runs what the DDP layer registered
+    held_after = [name for name in ("reducer", "logger", "process_group") if name in model.__dict__]
+    return {"before": held_before, "after": held_after, "registered": registered,
+            "left": len(PartialState._teardown), "unwrapped": type(acc.unwrap_model(model)).__name__}
+
+
+def test_end_training_releases_the_ddp_wrappers_hold_on_the_group(run_distributed: Any) -> None:
+    for result in run_distributed(_released_by_end_training, 2):
+        assert result == {"before": ["reducer", "logger", "process_group"], "after": [], "registered": 1,
+                          "left": 0, "unwrapped": "Linear"}
