@@ -33,7 +33,7 @@ from engine.optimizer import AcceleratedOptimizer
 from engine.random import set_seed
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
-from engine.version import __version__
+from engine.version import __version__ as __version__  # re-exported
 
 # Imported on first use so `import engine` stays cheap and free of optional packages.
 _LAZY = {
