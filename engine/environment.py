@@ -103,9 +103,17 @@ def slurm_master_addr(environ: Mapping[str, str]) -> str | None:
     return first
 
 
+# Single variables for the views of an already built state (``PartialState()`` runs per step in collectives and
+# schedulers): Accelerate re-reads these on every construction, and reading the whole set there would cost tens
+# of microseconds a call.
 def read_fork_launched(environ: Mapping[str, str] | None = None) -> bool:
-    """``FORK_LAUNCHED`` alone: Accelerate re-reads it on every ``PartialState()``, which must stay one lookup."""
+    """``FORK_LAUNCHED`` alone (what ``EngineEnvironment.fork_launched`` holds)."""
     return _flag(os.environ if environ is None else environ, "FORK_LAUNCHED")
+
+
+def read_use_cpu(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCELERATE_USE_CPU`` alone (what ``EngineEnvironment.use_cpu`` holds)."""
+    return _flag(os.environ if environ is None else environ, "ACCELERATE_USE_CPU")
 
 
 @dataclass(frozen=True)
@@ -141,14 +149,14 @@ class EngineEnvironment:
             slurm_master_addr=slurm_master_addr(env),
             slurm_job_id=env.get("SLURM_JOB_ID", ""),
             omp_num_threads=env.get("OMP_NUM_THREADS"),
-            use_cpu=_flag(env, "ACCELERATE_USE_CPU"),
+            use_cpu=read_use_cpu(env),
             debug_mode=_flag(env, "ACCELERATE_DEBUG_MODE"),
             torch_device=env.get("ACCELERATE_TORCH_DEVICE"),
             mixed_precision=env.get("ACCELERATE_MIXED_PRECISION"),
             # Accelerate's own test here (no strip, no "yes"/"on"), kept so a value means what it meant there.
             use_fsdp=env.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"),
             gradient_accumulation_steps=env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
-            fork_launched=_flag(env, "FORK_LAUNCHED"),
+            fork_launched=read_fork_launched(env),
         )
 
 
@@ -191,5 +199,5 @@ def describe(environ: Mapping[str, str] | None = None) -> list[str]:
             "Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none")]
 
 
-__all__ = ["EngineEnvironment", "LaunchInfo", "describe", "read_fork_launched", "read_launch",
+__all__ = ["EngineEnvironment", "LaunchInfo", "describe", "read_fork_launched", "read_launch", "read_use_cpu",
            "write_rendezvous_variables"]

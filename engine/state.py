@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from engine.environment import EngineEnvironment, read_fork_launched, write_rendezvous_variables
+from engine.environment import EngineEnvironment, read_fork_launched, read_use_cpu, write_rendezvous_variables
 from engine.gradient_state import GradientState
 from engine.splitting import split_for_process
 
@@ -360,6 +360,12 @@ class AcceleratorState:
                  deepspeed_plugin: Any = None, fsdp_plugin: Any = None, megatron_lm_plugin: Any = None,
                  _from_accelerator: bool = False, _environment: EngineEnvironment | None = None,
                  **kwargs: Any) -> None:
+        if _environment is None and AcceleratorState._shared is not None:
+            # A view of the built state only checks `cpu` against it: one variable, not the whole set.
+            cpu = cpu or read_use_cpu()
+            self._partial = PartialState(cpu, **kwargs)
+            self._check_initialized(mixed_precision, cpu)
+            return
         env = _environment if _environment is not None else EngineEnvironment.from_env()
         cpu = cpu or env.use_cpu
         self._partial = PartialState(cpu, _environment=env, **kwargs)

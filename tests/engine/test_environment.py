@@ -64,7 +64,8 @@ def test_accelerator_reads_the_environment_once_at_construction(monkeypatch: pyt
     monkeypatch.setenv("ACCELERATE_DEBUG_MODE", "1")  # set after `import engine`: read when the state is built
     acc = Accelerator()
     assert len(calls) == 1 and acc.state.debug
-    PartialState()  # a view of the built state: no new read of the whole environment
+    PartialState()  # views of the built state (built per step by collectives): no new read of the whole set
+    AcceleratorState()
     assert len(calls) == 1
 
 
