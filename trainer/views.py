@@ -8,24 +8,39 @@ from typing import Any
 from trainer import args as checks
 
 
-class ConfigField:
+class _View:
+    """A Trainer attribute computed from one of its parts; ``read`` / ``write`` say how."""
+
+    name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else self.read(obj)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.write(obj, value)
+
+    def read(self, obj: Any) -> Any:
+        raise AttributeError(self.name)
+
+    def write(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"trainer.{self.name} is set by the trainer; it cannot be assigned.")
+
+
+class ConfigField(_View):
     """``trainer.<name>`` reads ``trainer.config.<name>``; ``settable`` ones take a new count (validated), as
     Lightning lets scripts raise ``max_epochs`` before a second ``fit``. The others refuse assignment."""
 
     def __init__(self, settable: bool = False, minimum: int = 0) -> None:
         self.settable = settable
         self.minimum = minimum
-        self.name = ""
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
+    def read(self, obj: Any) -> Any:
         return getattr(obj.config, self.name)
 
-    def __set__(self, obj: Any, value: Any) -> None:
+    def write(self, obj: Any, value: Any) -> None:
         if not self.settable:
             raise AttributeError(f"trainer.{self.name} is read-only after construction: pass Trainer({self.name}="
                                  f"{value!r}) instead.")
@@ -35,41 +50,29 @@ class ConfigField:
         obj.config = obj.config.replace(**{self.name: value})
 
 
-class PartField:
+class PartField(_View):
     """``trainer.<name>`` reads ``trainer.<part>.<attribute>`` (read-only unless ``settable``)."""
 
     def __init__(self, part: str, attribute: str, settable: bool = False) -> None:
         self.part = part
         self.attribute = attribute
         self.settable = settable
-        self.name = ""
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
+    def read(self, obj: Any) -> Any:
         return getattr(getattr(obj, self.part), self.attribute)
 
-    def __set__(self, obj: Any, value: Any) -> None:
-        if self.settable:
-            setattr(getattr(obj, self.part), self.attribute, value)
-            return
-        raise AttributeError(f"trainer.{self.name} is set by the trainer ({self.part}.{self.attribute}); it cannot "
-                             "be assigned.")
+    def write(self, obj: Any, value: Any) -> None:
+        if not self.settable:
+            raise AttributeError(f"trainer.{self.name} is set by the trainer ({self.part}.{self.attribute}); it "
+                                 "cannot be assigned.")
+        setattr(getattr(obj, self.part), self.attribute, value)
 
 
-class StageFlag:
+class StageFlag(_View):
     """``trainer.<name>``: whether the trainer's stage (``trainer.state.stage``) is ``stage`` (read-only)."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
+    def read(self, obj: Any) -> Any:
         return obj.state.stage == self.stage
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        raise AttributeError(f"whether the trainer is in stage {self.stage!r} is read-only (see trainer.state.stage).")
