@@ -11,6 +11,7 @@ from typing import Any
 from engine.accelerator import Accelerator
 from engine.config import (
     AutocastKwargs,
+    DDPCommunicationHookType,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
@@ -41,6 +42,7 @@ _LAZY = {
     "BatchSamplerShard": "engine.data_loader", "IterableDatasetShard": "engine.data_loader",
     "DataLoaderShard": "engine.data_loader", "DataLoaderDispatcher": "engine.data_loader",
     "SeedableRandomSampler": "engine.data_loader", "FullyShardedDataParallelPlugin": "engine.fsdp",
+    "notebook_launcher": "engine.launchers", "debug_launcher": "engine.launchers",
 }
 
 
@@ -61,6 +63,7 @@ __all__ = [
     "AutocastKwargs",
     # resolved lazily by __getattr__ below
     "BatchSamplerShard",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DataLoaderDispatcher",
     "DataLoaderShard",
@@ -79,8 +82,10 @@ __all__ = [
     "SeedableRandomSampler",
     "broadcast",
     "broadcast_object_list",
+    "debug_launcher",
     "gather",
     "gather_object",
+    "notebook_launcher",
     "pad_across_processes",
     "prepare_data_loader",
     "reduce",

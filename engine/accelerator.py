@@ -31,12 +31,11 @@ from engine.config import (
 )
 from engine.environment import EngineEnvironment
 from engine.optimizer import AcceleratedOptimizer
-from engine.parallel import is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
+from engine.parallel import extract_model_from_parallel, is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
 from engine.precision import (
     autocast_context,
     check_autocast_support,
     make_grad_scaler,
-    unwrap_forward,
     validate_precision,
     wrap_forward,
 )
@@ -412,10 +411,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's module without the DDP (and, optionally, autocast / compile) wrappers."""
-        bare = unwrap(model, keep_torch_compile=keep_torch_compile)
-        if not keep_fp32_wrapper:
-            unwrap_forward(unwrap(bare, keep_torch_compile=False))
-        return bare
+        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
 
     # -- the training step ------------------------------------------------------------------------------------
     def _do_sync(self) -> None:

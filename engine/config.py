@@ -6,10 +6,11 @@ Each validates its own values on construction, so a bad setting fails before any
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 
 class KwargsHandler:
@@ -93,12 +94,56 @@ class ProjectConfiguration:
             self.logging_dir = self.project_dir
 
 
-CommHook = Literal["no", "fp16", "bf16", "power_sgd", "batched_power_sgd"]
+class DDPCommunicationHookType(str, enum.Enum):
+    """A DDP communication hook (``comm_hook``) or a compression wrapper around one (``comm_wrapper``).
+
+    ``FP16`` / ``BF16`` all-reduce gradients in half precision; ``POWER_SGD`` / ``BATCHED_POWER_SGD`` send a low-rank
+    approximation (``torch.distributed.algorithms.ddp_comm_hooks``). As a ``comm_wrapper``, ``FP16`` / ``BF16``
+    cast what a PowerSGD hook sends. ``BF16`` needs NCCL (torch refuses it on gloo).
+
+    >>> DDPCommunicationHookType("power_sgd") is DDPCommunicationHookType.POWER_SGD
+    True
+    """
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_POWER_SGD_HOOKS = (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)
+_WRAPPERS = (DDPCommunicationHookType.NO, DDPCommunicationHookType.FP16, DDPCommunicationHookType.BF16)
+
+
+def _hook_type(value: Any, argument: str, allowed: tuple[DDPCommunicationHookType, ...]) -> DDPCommunicationHookType:
+    try:
+        member = DDPCommunicationHookType(str(getattr(value, "value", value)).lower())
+    except ValueError:
+        member = None
+    if member not in allowed:
+        names = [m.value for m in allowed]
+        raise ValueError(f"DistributedDataParallelKwargs({argument}={value!r}) is not one of {names}.")
+    return member  # type: ignore[return-value]
 
 
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Arguments for ``torch.nn.parallel.DistributedDataParallel`` and an optional communication hook."""
+    """Arguments for ``torch.nn.parallel.DistributedDataParallel`` and an optional communication hook.
+
+    ``comm_hook`` picks a hook from ``torch.distributed.algorithms.ddp_comm_hooks``; ``comm_wrapper`` (``"fp16"`` or
+    ``"bf16"``) compresses what a PowerSGD hook sends; ``comm_state_option`` holds ``PowerSGDState`` arguments
+    (``matrix_approximation_rank``, ``start_powerSGD_iter``, ...). Settings that would have no effect are refused
+    here (Accelerate ignores them).
+
+    >>> kwargs = DistributedDataParallelKwargs(comm_hook="power_sgd", comm_wrapper="fp16",
+    ...                                        comm_state_option={"matrix_approximation_rank": 2})
+    >>> kwargs.comm_hook, kwargs.to_kwargs()
+    (<DDPCommunicationHookType.POWER_SGD: 'power_sgd'>, {})
+    """
 
     dim: int = 0
     broadcast_buffers: bool = True
@@ -107,21 +152,67 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
-    comm_hook: CommHook = "no"
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
     comm_state_option: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        allowed = ("no", "fp16", "bf16", "power_sgd", "batched_power_sgd")
-        hook = str(getattr(self.comm_hook, "value", self.comm_hook)).lower()
-        if hook not in allowed:
-            raise ValueError(f"DistributedDataParallelKwargs(comm_hook={self.comm_hook!r}) is not one of {allowed}.")
-        self.comm_hook = hook  # type: ignore[assignment]
+        self.comm_hook = _hook_type(self.comm_hook, "comm_hook", tuple(DDPCommunicationHookType))
+        self.comm_wrapper = _hook_type(self.comm_wrapper, "comm_wrapper", _WRAPPERS)
+        if self.comm_wrapper != DDPCommunicationHookType.NO and self.comm_hook == DDPCommunicationHookType.NO:
+            raise ValueError(f"DistributedDataParallelKwargs(comm_wrapper={self.comm_wrapper.value!r}) wraps a "
+                             "communication hook, but comm_hook='no': set comm_hook='power_sgd' (for example), or "
+                             "use comm_hook='fp16' / 'bf16' alone to compress a plain all-reduce.")
+        if not isinstance(self.comm_state_option, dict):
+            raise ValueError(f"DistributedDataParallelKwargs(comm_state_option=...) must be a dict of PowerSGDState "
+                             f"arguments, got {self.comm_state_option!r}.")
+        if self.comm_state_option:
+            if self.comm_hook not in _POWER_SGD_HOOKS:
+                raise ValueError(f"DistributedDataParallelKwargs(comm_state_option={self.comm_state_option!r}) only "
+                                 f"applies to PowerSGD hooks, but comm_hook={self.comm_hook.value!r}: set "
+                                 "comm_hook='power_sgd' or 'batched_power_sgd', or remove comm_state_option.")
+            _check_power_sgd_options(self.comm_state_option)
+
+    def to_dict(self, ignore_keys: tuple[str, ...] = ("comm_hook", "comm_wrapper", "comm_state_option")) -> dict[str, Any]:
+        """The ``DistributedDataParallel`` arguments (the hook settings are not DDP arguments)."""
+        return {k: v for k, v in super().to_dict().items() if k not in ignore_keys}
 
     def ddp_kwargs(self) -> dict[str, Any]:
-        kwargs = self.to_kwargs()
-        kwargs.pop("comm_hook", None)
-        kwargs.pop("comm_state_option", None)
-        return kwargs
+        return self.to_kwargs()
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register the configured hook (wrapped by ``comm_wrapper``) on a ``DistributedDataParallel`` ``model``."""
+        if self.comm_hook == DDPCommunicationHookType.NO:
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        hooks = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+                 DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+                 DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
+                 DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook}
+        wrappers = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+                    DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper}
+        hook = hooks[self.comm_hook]
+        if self.comm_wrapper in wrappers:
+            hook = wrappers[self.comm_wrapper](hook)
+        # PowerSGD keeps its error feedback and warm-start matrices in this state object, one per model.
+        state = (powerSGD_hook.PowerSGDState(None, **self.comm_state_option) if self.comm_hook in _POWER_SGD_HOOKS
+                 else None)
+        model.register_comm_hook(state=state, hook=hook)
+
+
+def _check_power_sgd_options(options: dict[str, Any]) -> None:
+    """Name an unknown ``PowerSGDState`` argument now, not at ``prepare`` on every rank."""
+    import inspect
+
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+    accepted = [name for name in inspect.signature(PowerSGDState.__init__).parameters
+                if name not in ("self", "process_group")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"DistributedDataParallelKwargs(comm_state_option=...) has unknown PowerSGDState "
+                         f"arguments {unknown}; accepted: {accepted}.")
 
 
 @dataclass

@@ -16,7 +16,8 @@ from engine.state import PartialState
 
 
 class DistributedOperationException(Exception):
-    """A collective was called with inputs that do not match across processes (checked in debug mode)."""
+    """A collective was called with inputs that do not match across processes (checked in debug mode:
+    ``PartialState().debug = True`` or ``ACCELERATE_DEBUG_MODE=1``)."""
 
 
 def is_tensor_like(data: Any) -> bool:
@@ -75,17 +76,56 @@ def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bo
     return data
 
 
-def _verify_same_shapes(tensor: Any, operation: str) -> None:
+def find_device(data: Any) -> torch.device | None:
+    """The device of the first tensor in a nested list/tuple/dict (None when there is no tensor)."""
+    if isinstance(data, Mapping):
+        data = list(data.values())
+    if isinstance(data, (tuple, list)):
+        for item in data:
+            device = find_device(item)
+            if device is not None:
+                return device
+        return None
+    return data.device if isinstance(data, torch.Tensor) else None
+
+
+def _verify_operation(tensor: Any, operation: str, ndim_only: bool = False) -> None:
+    """In debug mode, raise ``DistributedOperationException`` on every rank when the inputs of a collective do not
+    match across processes (shapes, or only the number of dimensions with ``ndim_only``), or sit on another device
+    type than the process's. Outside debug mode a mismatch hangs, aborts or silently mixes data, as in torch.
+
+    Every rank exchanges what it has before any rank decides, so all of them raise the same error (Accelerate
+    raises the device error on the offending rank only, and the others wait forever).
+    """
     state = PartialState()
     if not (state.use_distributed and state.debug):
         return
-    shapes = recursively_apply(lambda t: tuple(t.shape), tensor)
+    shapes = recursively_apply(lambda t: list(t.shape), tensor)
+    ndims = recursively_apply(lambda t: t.ndim, tensor)
+    device = find_device(tensor)
+    mine = (shapes, None if device is None else device.type, ndims)
     everyone: list[Any] = [None] * state.num_processes
-    dist.all_gather_object(everyone, shapes)
-    if any(s != everyone[0] for s in everyone):
-        detail = "\n".join(f"  - process {i}: {s}" for i, s in enumerate(everyone))
-        raise DistributedOperationException(f"Cannot apply `{operation}`: tensor shapes differ across processes:\n"
-                                            f"{detail}\nPad them first with `pad_across_processes`.")
+    dist.all_gather_object(everyone, mine)
+    name = f"engine.operations.{operation}"
+    wrong_device = [i for i, (_, kind, _) in enumerate(everyone) if kind not in (None, state.device.type)]
+    if wrong_device:
+        detail = "\n  - ".join(f"Process {i}: {everyone[i][1]}" for i in wrong_device)
+        raise DistributedOperationException(
+            f"One or more of the tensors passed to `{name}` were not on {state.device.type}, the device type this "
+            f"process group is configured for:\n  - {detail}\nMove them with `.to(accelerator.device)` before "
+            f"calling `{operation}`.")
+    if ndim_only:
+        same = all(n == everyone[0][2] for _, _, n in everyone)
+        hint = (f"`{operation}` pads one dimension; every process must pass tensors with the same number of "
+                "dimensions (and the same structure).")
+    else:
+        same = all(s == everyone[0][0] for s, _, _ in everyone)
+        hint = "Pad them first with `pad_across_processes`, or make every process pass the same shapes."
+    if not same:
+        detail = "\n  - ".join(f"Process {i}: {s}" for i, (s, _, _) in enumerate(everyone))
+        raise DistributedOperationException(
+            "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid.\n\n"
+            f"Operation: `{name}`\nInput shapes:\n  - {detail}\n{hint}")
 
 
 def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
@@ -112,7 +152,7 @@ def gather(tensor: Any) -> Any:
     state = PartialState()
     if not state.use_distributed:
         return tensor
-    _verify_same_shapes(tensor, "gather")
+    _verify_operation(tensor, "gather")
     return recursively_apply(_gather_one, tensor, error_on_other_type=True)
 
 
@@ -156,7 +196,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
                 out /= state.num_processes
         return out
 
-    _verify_same_shapes(tensor, "reduce")
+    _verify_operation(tensor, "reduce")
     return recursively_apply(one, tensor, error_on_other_type=True)
 
 
@@ -170,7 +210,13 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         dist.broadcast(t, src=from_process)
         return t
 
+    _verify_operation(tensor, "broadcast")
     return recursively_apply(one, tensor, error_on_other_type=True)
+
+
+def wait_for_everyone() -> None:
+    """Barrier across all processes (``PartialState().wait_for_everyone()``); a no-op in a single process."""
+    PartialState().wait_for_everyone()
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
@@ -179,6 +225,36 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     if state.use_distributed:
         dist.broadcast_object_list(object_list, src=from_process)
     return object_list
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
+    """Send a tensor that exists on one process (``None`` on the others) to every process.
+
+    Unlike ``broadcast``, the receiving processes need not know its shape or dtype. Exactly one process must pass a
+    tensor (Accelerate sums the tensors when several do; here that is an error on every rank).
+
+    >>> copy_tensor_to_devices(torch.tensor([1, 2, 3]))
+    tensor([1, 2, 3])
+    """
+    state = PartialState()
+    if not state.use_distributed:
+        if tensor is None:
+            raise ValueError("copy_tensor_to_devices(None) in a single process: there is no other process to copy "
+                             "the tensor from. Pass the tensor.")
+        return tensor
+    everyone: list[Any] = [None] * state.num_processes
+    dist.all_gather_object(everyone, None if tensor is None else (tuple(tensor.shape), tensor.dtype))
+    owners = [rank for rank, info in enumerate(everyone) if info is not None]
+    if len(owners) != 1:
+        raise ValueError(f"copy_tensor_to_devices needs a tensor on exactly one process and None on the others; "
+                         f"processes {owners} passed a tensor. Pass None on every process but the source.")
+    shape, dtype = everyone[owners[0]]
+    if tensor is None:
+        tensor = torch.empty(shape, dtype=dtype, device=state.device)
+    else:
+        tensor = tensor.to(state.device).contiguous()
+    dist.broadcast(tensor, src=owners[0])
+    return tensor
 
 
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
@@ -201,6 +277,8 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
         out[tuple(index)] = t
         return out
 
+    # Sizes may differ along `dim`, but every process must take part in the same size exchanges.
+    _verify_operation(tensor, "pad_across_processes", ndim_only=True)
     return recursively_apply(one, tensor, error_on_other_type=True)
 
 

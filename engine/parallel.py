@@ -45,25 +45,11 @@ def wrap_ddp(model: torch.nn.Module, state: PartialState, handler: DistributedDa
                                       **kwargs)
     else:
         ddp = DistributedDataParallel(model, **kwargs)
-    if handler is not None and handler.comm_hook != "no":
-        _register_comm_hook(ddp, handler)
+    if handler is not None:
+        handler.register_comm_hook(ddp)
     _DDP_WRAPPERS.add(ddp)
     state.register_teardown(release_ddp_wrappers)
     return ddp
-
-
-def _register_comm_hook(ddp: DistributedDataParallel, handler: DistributedDataParallelKwargs) -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
-    if handler.comm_hook == "fp16":
-        ddp.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
-    elif handler.comm_hook == "bf16":
-        ddp.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
-    else:
-        hook_state = powerSGD_hook.PowerSGDState(process_group=None, **handler.comm_state_option)
-        hook = (powerSGD_hook.powerSGD_hook if handler.comm_hook == "power_sgd"
-                else powerSGD_hook.batched_powerSGD_hook)
-        ddp.register_comm_hook(state=hook_state, hook=hook)
 
 
 def is_fsdp2(model: torch.nn.Module) -> bool:
@@ -119,3 +105,14 @@ def unwrap(model: Any, keep_torch_compile: bool = True) -> Any:
     if compiled is not None and keep_torch_compile and compiled._orig_mod is model:
         return compiled
     return model
+
+
+def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> Any:
+    """The user's module without the DDP / DataParallel wrappers; with ``keep_fp32_wrapper=False`` also without the
+    mixed-precision forward wrapper (``Accelerator.unwrap_model`` under Accelerate's ``utils`` name)."""
+    bare = unwrap(model, keep_torch_compile=keep_torch_compile)
+    if not keep_fp32_wrapper:
+        from engine.precision import unwrap_forward
+
+        unwrap_forward(unwrap(bare, keep_torch_compile=False))
+    return bare

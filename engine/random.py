@@ -6,6 +6,7 @@ loaded with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import enum
 import random
 from typing import Any
 
@@ -13,6 +14,14 @@ import numpy as np
 import torch
 
 from engine.state import PartialState
+
+
+class RNGType(str, enum.Enum):
+    """The generators ``rng_types`` / ``synchronize_rng_states`` can name (those Ember's backends use)."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    GENERATOR = "generator"
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:

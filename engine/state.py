@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import enum
 import gc
+import inspect
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -210,7 +211,19 @@ class PartialState:
 
     @property
     def debug(self) -> bool:
+        """Debug mode: every collective first checks that tensor shapes agree across processes.
+
+        Starts from ``ACCELERATE_DEBUG_MODE`` (what ``accelerate launch --debug`` sets); settable at run time
+        (``PartialState().debug = True``), for every view of the shared state at once. Set it on every rank: the
+        check is itself a collective.
+        """
         return self._record.debug
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"PartialState().debug must be True or False, got {value!r}.")
+        self._record.debug = value
 
     @property
     def fork_launched(self) -> bool:
@@ -419,10 +432,25 @@ class AcceleratorState:
     def dynamo_plugin(self) -> Any:
         return self._record.dynamo_plugin
 
+    @property
+    def debug(self) -> bool:
+        return self._partial.debug
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        # Written through to the shared record: the collectives read PartialState().debug. (In Accelerate,
+        # setting it on AcceleratorState leaves PartialState().debug, and so every check, unchanged.)
+        self._partial.debug = value
+
     def __getattr__(self, name: str) -> Any:
         # Process information and process control come from the shared PartialState.
         if name.startswith("__") or name == "_partial":
             raise AttributeError(name)
+        own = inspect.getattr_static(type(self), name, None)
+        if isinstance(own, property):
+            # Python lands here when one of our own properties raised AttributeError (e.g. reading after
+            # `_reset_state()`): run it again so its own message surfaces, not "'PartialState' has no attribute".
+            return own.__get__(self, type(self))
         return getattr(self._partial, name)
 
     def __repr__(self) -> str:

@@ -1,0 +1,104 @@
+"""Accelerate's ``accelerate.utils`` names that exist in Ember, in one place: port ``from accelerate.utils import X``
+by changing the package name.
+
+Everything here is a re-export; each name lives in the engine module that owns it.
+
+>>> from engine.utils import gather, set_seed, is_torch_version, DistributedType
+>>> set_seed(0)
+>>> DistributedType.NO
+<DistributedType.NO: 'NO'>
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProjectConfiguration,
+)
+from engine.imports import (
+    compare_versions,
+    is_aim_available,
+    is_bf16_available,
+    is_bnb_available,
+    is_boto3_available,
+    is_clearml_available,
+    is_comet_ml_available,
+    is_cuda_available,
+    is_datasets_available,
+    is_deepspeed_available,
+    is_dvclive_available,
+    is_fp16_available,
+    is_hpu_available,
+    is_matplotlib_available,
+    is_mlflow_available,
+    is_mlu_available,
+    is_mps_available,
+    is_musa_available,
+    is_npu_available,
+    is_pandas_available,
+    is_peft_available,
+    is_pynvml_available,
+    is_pytest_available,
+    is_rich_available,
+    is_safetensors_available,
+    is_schedulefree_available,
+    is_swanlab_available,
+    is_tensorboard_available,
+    is_timm_available,
+    is_torch_version,
+    is_torch_xla_available,
+    is_torchdata_available,
+    is_torchvision_available,
+    is_tqdm_available,
+    is_trackio_available,
+    is_transformers_available,
+    is_triton_available,
+    is_wandb_available,
+    is_xpu_available,
+)
+from engine.operations import (
+    DistributedOperationException,
+    broadcast,
+    broadcast_object_list,
+    concatenate,
+    convert_outputs_to_fp32,
+    copy_tensor_to_devices,
+    find_batch_size,
+    find_device,
+    gather,
+    gather_object,
+    pad_across_processes,
+    recursively_apply,
+    reduce,
+    send_to_device,
+    wait_for_everyone,
+)
+from engine.parallel import extract_model_from_parallel
+from engine.random import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
+from engine.state import DistributedType
+
+# Imported on first use: FSDP2 costs about a second to import, the launchers pull in torch.distributed.elastic.
+_LAZY = {"FullyShardedDataParallelPlugin": "engine.fsdp", "patch_environment": "engine.launchers",
+         "clear_environment": "engine.launchers"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine.utils' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = sorted([name for name in dir() if not name.startswith("_") and name not in ("annotations", "Any")]
+                 + list(_LAZY))
