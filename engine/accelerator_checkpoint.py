@@ -173,6 +173,7 @@ class CheckpointingMixin:
         if auto and config.project_dir is None:
             raise ValueError("automatic_checkpoint_naming=True needs ProjectConfiguration(project_dir=...): "
                              "checkpoints go to {project_dir}/checkpoints.")
+        self._check_same_folder(output_dir)
         # Rank 0 picks the folder names (and cleans crash leftovers); everyone else uses the same ones.
         plan: list[Any] = [None]
         plan_error: BaseException | None = None
@@ -232,6 +233,25 @@ class CheckpointingMixin:
             folders.prune(os.path.dirname(final), config.total_limit, protect)
         config.iteration = number + 1 if number is not None else config.iteration + 1
         return final
+
+    def _check_same_folder(self, output_dir: str | os.PathLike[str] | None) -> None:
+        """Refuse, on every rank and before anything is written, a save where the ranks name different folders.
+
+        The ranks write one checkpoint together into rank 0's folder, so `load_state` from any other folder would
+        find nothing (Accelerate saves there and fails at load with FileNotFoundError on the other ranks).
+        """
+        if not self.state.use_distributed:
+            return
+        try:
+            mine = None if output_dir is None else os.path.abspath(os.fspath(output_dir))
+        except TypeError:  # rank 0's planning reports it; this rank must still take part in the exchange
+            mine = f"<not a path: {output_dir!r}>"
+        everyone = gather_object([mine])
+        if any(folder != everyone[0] for folder in everyone):
+            listing = "\n".join(f"  - process {rank}: {folder}" for rank, folder in enumerate(everyone))
+            raise ValueError("save_state() needs the same output_dir on every process (the processes write one "
+                             f"checkpoint together), got:\n{listing}\nPass one path on every process, e.g. "
+                             "make it on the main process and share it with `broadcast_object_list`.")
 
     def _plan_save(self, output_dir: str | os.PathLike[str] | None) -> tuple[str, str, int | None]:
         """(final folder, temporary folder, automatic number or None); creates the temporary folder."""
