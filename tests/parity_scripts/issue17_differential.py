@@ -217,7 +217,19 @@ def torchrun_like(fn) -> None:
         p.join(300)
 
 
+def utils_answers() -> None:
+    names = sorted(n for n in dir(utils) if n.startswith("is_") and n.endswith("_available"))
+    answers = {}
+    for name in names:
+        try:
+            answers[name] = getattr(utils, name)()
+        except Exception as err:  # noqa: BLE001 - recording what is raised
+            answers[name] = f"{type(err).__name__}: {err}"
+    print("UTILS " + json.dumps(answers, default=str), flush=True)
+
+
 def main() -> None:
+    utils_answers()
 
     reset_state()
     state_module.AcceleratorState._reset_state(True)
