@@ -74,6 +74,11 @@ def is_cuda_available() -> bool:
             os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
 
 
+def is_rocm_available() -> bool:
+    """This torch is a ROCm (AMD) build and a GPU is visible."""
+    return torch.version.hip is not None and is_cuda_available()
+
+
 def is_mps_available(min_version: str = "1.12") -> bool:
     """Apple's Metal backend is built into this torch and usable on this machine."""
     mps = getattr(torch.backends, "mps", None)

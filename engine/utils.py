@@ -49,6 +49,7 @@ from engine.imports import (
     is_pynvml_available,
     is_pytest_available,
     is_rich_available,
+    is_rocm_available,
     is_safetensors_available,
     is_schedulefree_available,
     is_swanlab_available,

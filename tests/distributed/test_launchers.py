@@ -49,7 +49,19 @@ PROGRAM = textwrap.dedent("""
                        "world": state.num_processes, "type": str(state.distributed_type),
                        "fork": os.environ.get("FORK_LAUNCHED"), "cpu": os.environ.get("ACCELERATE_USE_CPU")}, f)
 
+    def flaky(folder):
+        # Both ranks fail on the first attempt; the elastic agent restarts them (max_restarts=1).
+        state = PartialState()
+        marker = os.path.join(folder, f"attempt{state.process_index}")
+        attempt = 1 + os.path.exists(marker)
+        open(marker, "w").close()
+        if attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return attempt
+
     out = {}
+    result = notebook_launcher(flaky, (sys.argv[3],), num_processes=2, use_port=sys.argv[4], max_restarts=1)
+    out["restarts"] = {str(k): v for k, v in result.items()}
     result = notebook_launcher(train, ("nb",), num_processes=2, use_port=sys.argv[1], mixed_precision="bf16")
     out["notebook"] = {str(k): v for k, v in result.items()}
     try:
@@ -71,7 +83,8 @@ def test_launchers_run_a_notebook_function_on_two_processes_and_return(tmp_path:
                                                          os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     env.pop("RANK", None), env.pop("WORLD_SIZE", None), env.pop("LOCAL_RANK", None)
-    done = subprocess.run([sys.executable, "-c", PROGRAM, str(free_port()), str(free_port()), str(tmp_path)],
+    done = subprocess.run([sys.executable, "-c", PROGRAM, str(free_port()), str(free_port()), str(tmp_path),
+                           str(free_port())],
                           env=env, capture_output=True, text=True, timeout=240)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
@@ -80,6 +93,7 @@ def test_launchers_run_a_notebook_function_on_two_processes_and_return(tmp_path:
     assert out["notebook"] == {str(rank): {"tag": "nb", "rank": rank, "local": rank, "world": 2,
                                            "type": "DistributedType.MULTI_CPU", "precision": "bf16", "total": 3.0}
                                for rank in (0, 1)}
+    assert out["restarts"] == {"0": 2, "1": 2}  # torch's elastic restarts, as Accelerate's max_restarts
     kind, message = out["notebook_error"]
     assert kind == "ChildFailedError" and "rank one gives up" in message, message
     assert out["debug"] == [{"rank": rank, "local": rank, "world": 2, "type": "DistributedType.MULTI_CPU",
