@@ -11,8 +11,8 @@ from typing import Any
 from engine.accelerator import Accelerator
 from engine.config import (
     AutocastKwargs,
-    DDPCommunicationHookType,
     DataLoaderConfiguration,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,

@@ -164,7 +164,7 @@ class DistributedDataParallelKwargs(KwargsHandler):
                              "communication hook, but comm_hook='no': set comm_hook='power_sgd' (for example), or "
                              "use comm_hook='fp16' / 'bf16' alone to compress a plain all-reduce.")
         if not isinstance(self.comm_state_option, dict):
-            raise ValueError(f"DistributedDataParallelKwargs(comm_state_option=...) must be a dict of PowerSGDState "
+            raise TypeError(f"DistributedDataParallelKwargs(comm_state_option=...) must be a dict of PowerSGDState "
                              f"arguments, got {self.comm_state_option!r}.")
         if self.comm_state_option:
             if self.comm_hook not in _POWER_SGD_HOOKS:

@@ -222,7 +222,7 @@ class PartialState:
     @debug.setter
     def debug(self, value: bool) -> None:
         if not isinstance(value, bool):
-            raise ValueError(f"PartialState().debug must be True or False, got {value!r}.")
+            raise TypeError(f"PartialState().debug must be True or False, got {value!r}.")
         self._record.debug = value
 
     @property

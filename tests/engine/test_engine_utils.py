@@ -20,8 +20,14 @@ import pytest
 import torch
 
 import engine
-import engine.utils as utils
-from engine import Accelerator, AcceleratorState, DDPCommunicationHookType, DistributedDataParallelKwargs, PartialState
+from engine import (
+    Accelerator,
+    AcceleratorState,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    PartialState,
+    utils,
+)
 from engine.imports import _is_package_available
 
 # The names the issue asks `engine.utils` to carry, as `accelerate.utils` spells them.
@@ -160,7 +166,7 @@ def test_debug_mode_is_settable_and_read_from_accelerate_debug_mode(monkeypatch:
     assert AcceleratorState().debug is True
     AcceleratorState().debug = False
     assert PartialState().debug is False
-    with pytest.raises(ValueError, match="True or False, got 'yes'"):
+    with pytest.raises(TypeError, match="True or False, got 'yes'"):
         state.debug = "yes"  # type: ignore[assignment]
     AcceleratorState._reset_state(reset_partial_state=True)
     monkeypatch.setenv("ACCELERATE_DEBUG_MODE", "1")

@@ -145,7 +145,7 @@ def save_different_folders() -> None:
     import tempfile
 
     accelerator = pkg.Accelerator(cpu=True)
-    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    accelerator.prepare(torch.nn.Linear(2, 1))
     folder = tempfile.mkdtemp(prefix=f"rank{accelerator.process_index}_")
     try:
         accelerator.save_state(os.path.join(folder, "ckpt"))
