@@ -195,10 +195,6 @@ def is_rich_available() -> bool:
     return _is_package_available("rich")
 
 
-def is_tqdm_available() -> bool:
-    return _is_package_available("tqdm")
-
-
 def is_transformers_available() -> bool:
     return _is_package_available("transformers")
 
@@ -235,10 +231,6 @@ def is_pandas_available() -> bool:
 
 def is_matplotlib_available() -> bool:
     return _is_package_available("matplotlib")
-
-
-def is_safetensors_available() -> bool:
-    return _is_package_available("safetensors")
 
 
 def is_torchdata_available() -> bool:
