@@ -3,8 +3,8 @@
 ``ember launch`` turns its few flags (and the defaults saved by ``ember config``) into torchrun arguments, so
 rendezvous, elastic restarts and multi-node jobs behave exactly as torchrun's, and passes Ember's settings to
 the workers through the environment variables the engine reads (``ACCELERATE_MIXED_PRECISION``,
-``ACCELERATE_USE_CPU``, ``ACCELERATE_USE_FSDP``). Every worker runs the script through ``run_script`` (this
-module as ``python -m engine.launch``), which prints a failing rank's traceback once and makes the process exit
+``ACCELERATE_USE_CPU``, ``ACCELERATE_USE_FSDP``, ``ACCELERATE_DEBUG_MODE``). Every worker runs the script through
+``run_script`` (this module as ``python -m engine.launch``), which prints a failing rank's traceback once and makes the process exit
 promptly, so torchrun tears the whole group down within seconds instead of waiting for a collective timeout.
 
     ember config --nproc-per-node 2 --mixed-precision bf16      # saved defaults
@@ -53,6 +53,8 @@ def worker_environment(config: LaunchConfig) -> dict[str, str]:
     env = {"ACCELERATE_MIXED_PRECISION": config.mixed_precision,
            "ACCELERATE_USE_CPU": "true" if config.cpu else "false",
            "ACCELERATE_USE_FSDP": "true" if config.use_fsdp else "false"}
+    if config.debug:  # as `accelerate launch --debug`: collectives check their inputs across ranks
+        env["ACCELERATE_DEBUG_MODE"] = "true"
     if "OMP_NUM_THREADS" not in os.environ and config.uses_cpu():
         # torchrun would set 1 thread per process; on CPU the cores are the compute, so share them out instead.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // config.resolved_nproc_per_node()))
@@ -152,6 +154,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                         help="train on the CPU even if GPUs exist")
     parser.add_argument("--use-fsdp", "--use_fsdp", action=argparse.BooleanOptionalAction, default=None,
                         help="shard models with FSDP2 (the engine creates a default FullyShardedDataParallelPlugin)")
+    parser.add_argument("--debug", action=argparse.BooleanOptionalAction, default=None,
+                        help="debug mode: collectives check tensor shapes across processes and raise "
+                             "DistributedOperationException on every rank on a mismatch (ACCELERATE_DEBUG_MODE)")
 
 
 def add_launch_commands(subparsers: Any) -> None:

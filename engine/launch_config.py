@@ -49,6 +49,7 @@ class LaunchConfig:
     mixed_precision: str = "no"
     cpu: bool = False
     use_fsdp: bool = False
+    debug: bool = False
 
     def __post_init__(self) -> None:
         def is_int(value: Any) -> bool:
@@ -75,7 +76,7 @@ class LaunchConfig:
             raise _bad("max_restarts", self.max_restarts, "an integer >= 0")
         if self.mixed_precision not in PRECISIONS:
             raise _bad("mixed_precision", self.mixed_precision, f"one of {PRECISIONS}")
-        for flag in ("cpu", "use_fsdp"):
+        for flag in ("cpu", "use_fsdp", "debug"):
             if not isinstance(getattr(self, flag), bool):
                 raise _bad(flag, getattr(self, flag), "true or false")
 

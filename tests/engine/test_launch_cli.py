@@ -54,6 +54,8 @@ def test_settings_reach_the_workers_as_environment_variables(monkeypatch: pytest
     assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     assert env["ACCELERATE_USE_CPU"] == "true" and env["ACCELERATE_USE_FSDP"] == "true"
     assert int(env["OMP_NUM_THREADS"]) >= 1
+    assert "ACCELERATE_DEBUG_MODE" not in env
+    assert worker_environment(LaunchConfig(debug=True))["ACCELERATE_DEBUG_MODE"] == "true"  # `--debug`
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
