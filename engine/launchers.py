@@ -94,6 +94,9 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
     ``Accelerator`` inside ``function``. ``mixed_precision`` becomes every process's default
     (``ACCELERATE_MIXED_PRECISION``). With ``num_processes=1`` the function runs here.
 
+    With ``max_restarts > 0`` the processes meet through torch's ``c10d`` rendezvous even when ``"static"`` is asked
+    for (torch's static rendezvous hands restarted processes the failed attempt's addresses).
+
     Returns ``{rank: return value}`` of this node's processes (the single return value with one process);
     Accelerate returns None. A failing process raises ``ChildFailedError`` carrying its traceback.
 
@@ -127,6 +130,12 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
     _check_fresh_process("notebook_launcher")
     start_method = _start_method(function, "notebook_launcher")
     rdzv_conf = dict(rdzv_conf or {})
+    if rdzv_backend == "static" and max_restarts > 0:
+        # The static rendezvous keeps one store for every attempt and torch (2.13) does not prefix the workers' keys
+        # per attempt there, so restarted processes can read the failed attempt's gloo addresses and fail to
+        # connect. The c10d rendezvous gives each attempt a store of its own.
+        rdzv_backend = "c10d"
+        rdzv_endpoint = rdzv_endpoint or f"{master_addr}:{use_port}"
     if rdzv_backend == "static":
         rdzv_conf["rank"] = node_rank
         rdzv_endpoint = rdzv_endpoint or f"{master_addr}:{use_port}"
@@ -136,8 +145,11 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
                           log_line_prefix_template=log_line_prefix_template)
     # Accelerate sets MIXED_PRECISION, which nothing reads, so its children run in fp32; this sets the variable
     # the Accelerator reads.
+    # As `ember launch`: with the c10d rendezvous, workers sharing the agent's store can read the previous attempt's
+    # addresses after an elastic restart and fail to connect (pytorch/pytorch#135712); a store per attempt avoids it.
+    share_store = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     with patch_environment(accelerate_mixed_precision=mixed_precision, master_addr=master_addr,
-                           master_port=use_port):
+                           master_port=use_port, torch_disable_share_rdzv_tcp_store=share_store):
         print(f"Launching training on {num_processes} {'GPU' if torch.cuda.is_available() else 'CPU'} processes.")
         return elastic_launch(config=config, entrypoint=function)(*args)
 
@@ -185,7 +197,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), num
     start_method = _start_method(function, "debug_launcher")
     folder = tempfile.mkdtemp(prefix="ember_debug_launcher_")
     try:
-        with patch_environment(accelerate_use_cpu="yes", accelerate_mixed_precision="no", master_addr="127.0.0.1"):
+        with patch_environment(accelerate_use_cpu="yes", accelerate_mixed_precision="no"):
             start_processes(_DebugRank(function, os.path.join(folder, "store"), num_processes), args=args,
                             nprocs=num_processes, start_method=start_method)
     finally:

@@ -38,7 +38,9 @@ PROGRAM = textwrap.dedent("""
                 "precision": accelerator.mixed_precision, "total": total.item()}
 
     def broken():
-        if PartialState().process_index == 1:  # (rank 0 returns: no race over whose failure is seen first)
+        state = PartialState()
+        state.wait_for_everyone()  # the group is complete on both ranks before one fails
+        if state.process_index == 1:  # rank 0 returns: no race over whose failure is seen first
             raise RuntimeError("rank one gives up")
 
     def record(folder):
@@ -55,6 +57,7 @@ PROGRAM = textwrap.dedent("""
         marker = os.path.join(folder, f"attempt{state.process_index}")
         attempt = 1 + os.path.exists(marker)
         open(marker, "w").close()
+        state.wait_for_everyone()  # both markers exist before either rank fails (the agent then stops the other)
         if attempt == 1:
             raise RuntimeError("first attempt fails")
         return attempt
