@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from engine.imports import is_cuda_available
 from engine.state import AcceleratorState, PartialState
 
 _PRECISIONS = ("no", "fp16", "bf16")
@@ -144,13 +145,13 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
                           max_restarts=max_restarts, monitor_interval=monitor_interval, start_method=start_method,
                           log_line_prefix_template=log_line_prefix_template)
     # Accelerate sets MIXED_PRECISION, which nothing reads, so its children run in fp32; this sets the variable
-    # the Accelerator reads.
-    # As `ember launch`: with the c10d rendezvous, workers sharing the agent's store can read the previous attempt's
+    # the Accelerator reads. As `ember launch`: with the c10d rendezvous, workers sharing the agent's store can read the previous attempt's
     # addresses after an elastic restart and fail to connect (pytorch/pytorch#135712); a store per attempt avoids it.
     share_store = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     with patch_environment(accelerate_mixed_precision=mixed_precision, master_addr=master_addr,
                            master_port=use_port, torch_disable_share_rdzv_tcp_store=share_store):
-        print(f"Launching training on {num_processes} {'GPU' if torch.cuda.is_available() else 'CPU'} processes.")
+        # NVML-based: asking torch.cuda would load the CUDA driver here, and forked children could not use CUDA.
+        print(f"Launching training on {num_processes} {'GPU' if is_cuda_available() else 'CPU'} processes.")
         return elastic_launch(config=config, entrypoint=function)(*args)
 
 
