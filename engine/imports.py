@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import operator
-import os
 from collections.abc import Callable
 
 import torch
@@ -62,16 +61,9 @@ def is_torch_version(operation: str, version: str) -> bool:
 
 # -- devices -------------------------------------------------------------------------------------------------
 def is_cuda_available() -> bool:
-    """``torch.cuda.is_available()`` asked through NVML, so the CUDA driver is not initialised (fork stays safe)."""
-    previous = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    try:
-        return torch.cuda.is_available()
-    finally:
-        if previous is None:
-            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
-        else:
-            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
+    """Whether a CUDA GPU is usable, asked through NVML (``torch.cuda.device_count``) so the CUDA driver is not
+    initialised here: what ``torch.cuda.is_available()`` does under ``PYTORCH_NVML_BASED_CUDA_CHECK=1``."""
+    return bool(torch.backends.cuda.is_built() and torch.cuda.device_count() > 0)
 
 
 def is_rocm_available() -> bool:
