@@ -171,13 +171,14 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
                  if v is not _UNSET}
         if config is None:
             return DataLoaderConfiguration(**given)
-        default = DataLoaderConfiguration()
         for key, value in given.items():
+            # A dataclass cannot tell an explicit False from its default, so any disagreement between the two
+            # places is a conflict: which one was meant cannot be known.
             configured = getattr(config, key)
-            if configured != getattr(default, key) and configured != value:
-                raise ValueError(f"Accelerator({key}={value!r}) contradicts DataLoaderConfiguration({key}="
-                                 f"{configured!r}): set it in one place only.")
-            setattr(config, key, value)
+            if configured != value:
+                raise ValueError(f"Accelerator({key}={value!r}) contradicts dataloader_config=DataLoaderConfiguration"
+                                 f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
+                                 "DataLoaderConfiguration).")
         return config
 
     # -- what the process is ----------------------------------------------------------------------------------
