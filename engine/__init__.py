@@ -30,6 +30,7 @@ from engine.operations import (
     send_to_device,
 )
 from engine.optimizer import AcceleratedOptimizer
+from engine.profiler import ProfileKwargs
 from engine.random import set_seed
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
@@ -41,6 +42,7 @@ _LAZY = {
     "BatchSamplerShard": "engine.data_loader", "IterableDatasetShard": "engine.data_loader",
     "DataLoaderShard": "engine.data_loader", "DataLoaderDispatcher": "engine.data_loader",
     "SeedableRandomSampler": "engine.data_loader", "FullyShardedDataParallelPlugin": "engine.fsdp",
+    "find_executable_batch_size": "engine.memory",
 }
 
 
@@ -75,10 +77,12 @@ __all__ = [
     "IterableDatasetShard",
     "KwargsHandler",
     "PartialState",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "SeedableRandomSampler",
     "broadcast",
     "broadcast_object_list",
+    "find_executable_batch_size",
     "gather",
     "gather_object",
     "pad_across_processes",
