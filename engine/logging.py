@@ -40,8 +40,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         """Log ``msg``; ``main_process_only=True`` (default) logs on the main process, ``in_order=True`` on
         every process in rank order (``main_process_only`` is then ignored)."""
-        state = PartialState()
-        if not state.initialized:
+        if PartialState._shared is None:  # constructing PartialState here would start the process group
             raise RuntimeError("get_logger(...) logs per process: create the Accelerator (or PartialState()) "
                                "before logging through it.")
         main_process_only = kwargs.pop("main_process_only", True)
@@ -49,6 +48,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         if not self.isEnabledFor(level):
             return
         msg, kwargs = self.process(msg, kwargs)
+        state = PartialState()
         if in_order:
             for rank in range(state.num_processes):
                 if rank == state.process_index:

@@ -11,9 +11,10 @@ import importlib.util
 
 from engine.memory import clear_device_cache, find_executable_batch_size, release_memory, should_reduce_batch_size
 from engine.profiler import ProfileKwargs
+from engine.random import set_seed
 
 __all__ = ["ProfileKwargs", "clear_device_cache", "find_executable_batch_size", "is_schedulefree_available",
-           "release_memory", "should_reduce_batch_size"]
+           "release_memory", "set_seed", "should_reduce_batch_size"]
 
 
 def is_schedulefree_available() -> bool:
