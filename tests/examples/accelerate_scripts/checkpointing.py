@@ -45,7 +45,7 @@ def training_function(config: dict[str, Any], args: argparse.Namespace) -> dict[
             starting_epoch = resume_step // len(train_dataloader)
             resume_step -= starting_epoch * len(train_dataloader)
 
-    accuracies, batches = [], []
+    accuracies, batches, orders = [], [], []
     for epoch in range(starting_epoch, config["num_epochs"]):
         model.train()
         if args.resume_from_checkpoint and epoch == starting_epoch and resume_step is not None:
@@ -54,7 +54,9 @@ def training_function(config: dict[str, Any], args: argparse.Namespace) -> dict[
         else:
             active_dataloader = train_dataloader
         batches.append(len(active_dataloader))
+        orders.append([])
         for step, (x, y) in enumerate(active_dataloader):
+            orders[-1].append(round(float(x[0, 0]), 4))  # which batch this is
             loss = torch.nn.functional.cross_entropy(model(x), y)
             accelerator.backward(loss)
             optimizer.step()
@@ -81,7 +83,7 @@ def training_function(config: dict[str, Any], args: argparse.Namespace) -> dict[
             if args.output_dir is not None:
                 output_dir = os.path.join(args.output_dir, output_dir)
             accelerator.save_state(output_dir)
-    return {"accuracy": accuracies, "batches": batches, **fingerprint(accelerator.unwrap_model(model))}
+    return {"accuracy": accuracies, "batches": batches, "orders": orders, **fingerprint(accelerator.unwrap_model(model))}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

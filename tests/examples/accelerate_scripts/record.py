@@ -1,6 +1,6 @@
 """Record what the real Accelerate 1.15 gives for the scripts in this folder (run once, by hand).
 
-    /work/refvenv/bin/python tests/examples/accelerate_scripts/record.py
+    /work/refvenv/bin/python tests/examples/accelerate_scripts/record.py [case-name prefix]
 
 Each script is copied with its ``engine`` imports rewritten to ``accelerate`` (the only change a port makes)
 and run on 1 and 2 CPU processes (torchrun, gloo) in the reference environment; the "RESULT" lines printed are
@@ -48,7 +48,10 @@ def main() -> None:
     from tests.examples.accelerate_scripts.cases import CASES
 
     results = {}
+    only = sys.argv[1] if len(sys.argv) > 1 else ""  # record only the cases whose name starts with this
     for key, (name, procs, steps) in CASES.items():
+        if not key.startswith(only):
+            continue
         with tempfile.TemporaryDirectory() as work:
             for args in steps[:-1]:  # runs whose checkpoints the last one resumes from
                 run(name, procs, *args, cwd=Path(work))
