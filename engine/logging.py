@@ -14,10 +14,10 @@ waits at a barrier per rank, so every process must make the call). Messages are 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import MutableMapping
 from typing import Any
 
+from engine.environment import read_log_level
 from engine.state import PartialState
 
 __all__ = ["MultiProcessAdapter", "get_logger"]
@@ -72,7 +72,7 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
     what every other library logs.
     """
     if log_level is None:
-        log_level = os.environ.get("ACCELERATE_LOG_LEVEL")
+        log_level = read_log_level()
     logger = logging.getLogger(name)
     if log_level is not None:
         if str(log_level).upper() not in _LEVELS:
