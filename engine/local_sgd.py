@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -54,7 +54,7 @@ class LocalSGD:
         self.local_sgd_steps = local_sgd_steps
         self._no_sync: contextlib.ExitStack | None = None
 
-    def __enter__(self) -> LocalSGD:
+    def __enter__(self) -> Self:
         if self.enabled:
             # Gradients stay local inside the block: synchronising them would make this plain DDP.
             self._no_sync = contextlib.ExitStack()

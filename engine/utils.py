@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 
-from engine.memory import clear_device_cache, find_executable_batch_size, release_memory, should_reduce_batch_size
+from engine.memory import (
+    clear_device_cache,
+    find_executable_batch_size,
+    release_memory,
+    should_reduce_batch_size,
+)
 from engine.profiler import ProfileKwargs
 from engine.random import set_seed
 

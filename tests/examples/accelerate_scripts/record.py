@@ -25,7 +25,7 @@ def swapped(name: str, folder: Path) -> Path:
     """``name`` with ``from engine...`` / ``import engine`` rewritten to accelerate, written into ``folder``."""
     text = (HERE / name).read_text()
     text = re.sub(r"^from engine(\.[\w.]+)? import", lambda m: f"from accelerate{m.group(1) or ''} import", text,
-                  flags=re.M)
+                  flags=re.MULTILINE)
     out = folder / name
     out.write_text(text)
     return out
