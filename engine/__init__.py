@@ -31,6 +31,7 @@ from engine.operations import (
     send_to_device,
 )
 from engine.optimizer import AcceleratedOptimizer
+from engine.profiler import ProfileKwargs
 from engine.random import set_seed
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
@@ -43,6 +44,7 @@ _LAZY = {
     "DataLoaderShard": "engine.data_loader", "DataLoaderDispatcher": "engine.data_loader",
     "SeedableRandomSampler": "engine.data_loader", "FullyShardedDataParallelPlugin": "engine.fsdp",
     "notebook_launcher": "engine.launchers", "debug_launcher": "engine.launchers",
+    "find_executable_batch_size": "engine.memory",
 }
 
 
@@ -78,11 +80,13 @@ __all__ = [
     "IterableDatasetShard",
     "KwargsHandler",
     "PartialState",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "SeedableRandomSampler",
     "broadcast",
     "broadcast_object_list",
     "debug_launcher",
+    "find_executable_batch_size",
     "gather",
     "gather_object",
     "notebook_launcher",

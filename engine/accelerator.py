@@ -39,6 +39,7 @@ from engine.precision import (
     validate_precision,
     wrap_forward,
 )
+from engine.profiler import ProfileKwargs, ProfilerMixin
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState
 
@@ -64,7 +65,7 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
-class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
+class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
     >>> accelerator = Accelerator(cpu=True)
@@ -103,6 +104,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
         self.scaler_handler: GradScalerKwargs | None = handlers.get(GradScalerKwargs)
         self.init_handler: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
         self.autocast_handler: AutocastKwargs | None = handlers.get(AutocastKwargs)
+        self.profile_handler: ProfileKwargs | None = handlers.get(ProfileKwargs)
         init_kwargs = self.init_handler.to_kwargs() if self.init_handler is not None else {}
 
         if fsdp_plugin is None and environment.use_fsdp:
@@ -149,7 +151,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
 
     @staticmethod
     def _sort_kwargs_handlers(handlers: list[KwargsHandler]) -> dict[type, Any]:
-        known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs)
+        known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs,
+                 ProfileKwargs)
         found: dict[type, Any] = {}
         for handler in handlers:
             kind = next((k for k in known if isinstance(handler, k)), None)
@@ -170,13 +173,14 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin):
                  if v is not _UNSET}
         if config is None:
             return DataLoaderConfiguration(**given)
-        default = DataLoaderConfiguration()
         for key, value in given.items():
+            # A dataclass cannot tell an explicit False from its default, so any disagreement between the two
+            # places is a conflict: which one was meant cannot be known.
             configured = getattr(config, key)
-            if configured != getattr(default, key) and configured != value:
-                raise ValueError(f"Accelerator({key}={value!r}) contradicts DataLoaderConfiguration({key}="
-                                 f"{configured!r}): set it in one place only.")
-            setattr(config, key, value)
+            if configured != value:
+                raise ValueError(f"Accelerator({key}={value!r}) contradicts dataloader_config=DataLoaderConfiguration"
+                                 f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
+                                 "DataLoaderConfiguration).")
         return config
 
     # -- what the process is ----------------------------------------------------------------------------------

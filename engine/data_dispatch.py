@@ -215,5 +215,5 @@ class DataLoaderDispatcher(_PreparedLoader):
                                    _non_blocking=self._non_blocking, slice_fn=self.slice_fn, device=self.device,
                                    rng_types=self.rng_types, synchronized_generator=self.synchronized_generator,
                                    _seed=self._seed, **self._batching_kwargs(), **self._dataloader_kwargs())
-        self._copy_state_to(new)
+        self._copy_state_to(new, num_batches)
         return new

@@ -126,19 +126,14 @@ class DataLoaderShard(_PreparedLoader):
                 self.end()
 
     def _skipped(self, num_batches: int) -> DataLoaderShard:
-        batching = self._batching_kwargs()
-        skip = self.skip_batches
-        if self._is_iterable:
-            skip += num_batches
-        elif "batch_sampler" in batching:
-            batching["batch_sampler"] = SkipBatchSampler(batching["batch_sampler"], num_batches)
-        else:
-            batching["sampler"] = SkipBatchSampler(batching["sampler"], num_batches)
+        # The skip is made at the index level (skip_batches), so batch numbers, and with them the per-batch
+        # worker seeds, stay those of the full epoch: the view's batches are the ones the full pass would yield.
         new = DataLoaderShard(self.dataset, device=self.device, rng_types=self.rng_types,
-                              synchronized_generator=self.synchronized_generator, skip_batches=skip,
-                              _drop_last=self._drop_last, _non_blocking=self._non_blocking, _seed=self._seed,
-                              _process_index=self._rank, **batching, **self._dataloader_kwargs())
-        self._copy_state_to(new)
+                              synchronized_generator=self.synchronized_generator,
+                              skip_batches=self.skip_batches + num_batches, _drop_last=self._drop_last,
+                              _non_blocking=self._non_blocking, _seed=self._seed, _process_index=self._rank,
+                              **self._batching_kwargs(), **self._dataloader_kwargs())
+        self._copy_state_to(new, num_batches)
         return new
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -214,6 +215,13 @@ class _PreparedLoader(DataLoader):
         self._stream = _IndexStream(self.batch_sampler if self._auto_collation else self.sampler, self._control)
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._pending = 0  # batches of the current epoch already consumed before a restore
+        # A restored position is consumed once, by whichever comes first: the next pass over this loader, or a
+        # skip_first_batches view of it (Accelerate's resume pattern). `_restored` says it is still unclaimed.
+        self._restored = False
+        self._resume_first = False  # a view whose first pass continues a restored epoch (no epoch-start draws)
+        self._parent: weakref.ReferenceType[_PreparedLoader] | None = None  # the loader this is a skip view of
+        self._view_offset = 0  # batches the view starts after its parent's epoch start
+        self._active_view: weakref.ReferenceType[_PreparedLoader] | None = None
         self._batches_yielded = 0
         self._epoch_active = False
         self._epoch_start_states: list[torch.Tensor] = []
@@ -324,10 +332,15 @@ class _PreparedLoader(DataLoader):
     def _start_pass(self, seed_rank: int) -> int:
         """Everything that happens before the first batch of a pass; returns the batches to skip."""
         start, self._pending = self._pending, 0
+        resuming, self._resume_first, self._restored = start > 0 or self._resume_first, False, False
+        self._active_view = None  # a pass of this loader supersedes any view's
+        parent = self._parent() if self._parent is not None else None
+        if parent is not None:  # the parent's checkpoints report this pass (save_state holds the parent)
+            parent._active_view = weakref.ref(self)
         if self.rng_types:
-            self._synchronize_rngs(resuming=start > 0)
+            self._synchronize_rngs(resuming=resuming)
         self.set_epoch(self.iteration)
-        if not start:
+        if not resuming:
             self._draw_epoch_seeds()
         self._epoch_start_states = [g.get_state() for g in self._generators()]
         self._iter_generator.manual_seed(derive_seed(self._seed, self.iteration, _LOADER_SALT))
@@ -370,6 +383,11 @@ class _PreparedLoader(DataLoader):
     def _finish_pass(self) -> None:
         self.iteration += 1
         self._epoch_active = False
+        parent = self._parent() if self._parent is not None else None
+        if parent is not None and parent._active_view is not None and parent._active_view() is self:
+            # The view ran the parent's epoch: the parent's next pass is the next epoch.
+            parent.iteration = self.iteration
+            parent._active_view = None
 
     # -- exact position --------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -378,10 +396,20 @@ class _PreparedLoader(DataLoader):
         Restoring it into a freshly prepared loader continues with exactly the batches an uninterrupted run
         would produce next. Values are ints and tensors (``torch.load(weights_only=True)``-safe).
         """
+        view = self._active_view() if self._active_view is not None else None
+        if view is not None and view._epoch_active:
+            state = view.state_dict()
+            return {**state, "batches_yielded": state["batches_yielded"] + view._view_offset}
         active = self._epoch_active
+        iteration = self.iteration
+        if active and self.end_of_dataloader:
+            # Every batch of the epoch was handed out: the position is the next epoch's start, and the generators
+            # (read to the epoch's end) are where that epoch starts from. Saved this way, both resume patterns
+            # (`load_state` alone, or with `skip_first_batches(dl, 0)` for the next epoch) agree on it.
+            active, iteration = False, iteration + 1
         states = self._epoch_start_states if active else [g.get_state() for g in self._generators()]
         seedable = self._seedable_sampler()
-        return {"iteration": self.iteration,
+        return {"iteration": iteration,
                 "batches_yielded": self._batches_yielded if active else self._pending,
                 "seed": self._seed,
                 "generator_states": [s.clone() for s in states],
@@ -406,6 +434,26 @@ class _PreparedLoader(DataLoader):
         self.iteration = int(state["iteration"])
         self._pending = int(state["batches_yielded"])
         self._epoch_active = False
+        self._restored = True
+        self._active_view = None
+
+    def _claim_restored_position(self, num_batches: int) -> bool:
+        """For ``skip_first_batches(self, num_batches)``: take over a restored position, if one is unclaimed.
+
+        Returns whether the view's first pass continues the restored epoch. A count that disagrees with the
+        restored position would skip batches twice (or replay them), so it is refused.
+        """
+        if not self._restored:
+            return False
+        pending = self._pending
+        if num_batches != pending:
+            raise ValueError(
+                f"skip_first_batches(dataloader, {num_batches}) after load_state, but the loaded checkpoint put this "
+                f"loader at batch {pending} of epoch {self.iteration}: the skip would not continue where the run "
+                f"stopped. Pass num_batches={pending} (the resumed epoch's remaining batches follow), or iterate the "
+                "dataloader itself without skip_first_batches (load_state already restored its position).")
+        self._pending, self._restored = 0, False
+        return pending > 0
 
     def _batching_kwargs(self) -> dict[str, Any]:
         """How this loader forms batches, as DataLoader arguments."""
@@ -423,7 +471,11 @@ class _PreparedLoader(DataLoader):
                 "persistent_workers": self.persistent_workers, "pin_memory_device": self.pin_memory_device,
                 "in_order": self.in_order}
 
-    def _copy_state_to(self, other: _PreparedLoader) -> None:
+    def _copy_state_to(self, other: _PreparedLoader, num_batches: int) -> None:
+        """Make ``other`` (a view skipping ``num_batches`` more) continue this loader's epoch and random state."""
+        other._resume_first = self._claim_restored_position(num_batches)
+        other._parent = weakref.ref(self)
+        other._view_offset = num_batches
         other.iteration = self.iteration
         other._seed = self._seed
         other._iterator_seed_source = self._iterator_seed_source

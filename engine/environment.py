@@ -116,6 +116,11 @@ def read_use_cpu(environ: Mapping[str, str] | None = None) -> bool:
     return _flag(os.environ if environ is None else environ, "ACCELERATE_USE_CPU")
 
 
+def read_log_level(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ACCELERATE_LOG_LEVEL``: the level ``engine.logging.get_logger`` uses when given none (None: unset)."""
+    return (os.environ if environ is None else environ).get("ACCELERATE_LOG_LEVEL")
+
+
 @dataclass(frozen=True)
 class EngineEnvironment:
     """The engine's view of the environment variables, taken once.
@@ -199,5 +204,5 @@ def describe(environ: Mapping[str, str] | None = None) -> list[str]:
             "Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none")]
 
 
-__all__ = ["EngineEnvironment", "LaunchInfo", "describe", "read_fork_launched", "read_launch", "read_use_cpu",
-           "write_rendezvous_variables"]
+__all__ = ["EngineEnvironment", "LaunchInfo", "describe", "read_fork_launched", "read_launch", "read_log_level",
+           "read_use_cpu", "write_rendezvous_variables"]

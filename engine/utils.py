@@ -7,6 +7,9 @@ Everything here is a re-export; each name lives in the engine module that owns i
 >>> set_seed(0)
 >>> DistributedType.NO
 <DistributedType.NO: 'NO'>
+>>> from engine.utils import ProfileKwargs, find_executable_batch_size, is_schedulefree_available
+>>> isinstance(is_schedulefree_available(), bool)
+True
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ from engine.imports import (
     is_wandb_available,
     is_xpu_available,
 )
+from engine.memory import (
+    clear_device_cache,
+    find_executable_batch_size,
+    release_memory,
+    should_reduce_batch_size,
+)
 from engine.operations import (
     DistributedOperationException,
     broadcast,
@@ -82,6 +91,7 @@ from engine.operations import (
     wait_for_everyone,
 )
 from engine.parallel import extract_model_from_parallel
+from engine.profiler import ProfileKwargs
 from engine.random import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from engine.state import DistributedType
 
@@ -111,10 +121,12 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
     "broadcast",
     "broadcast_object_list",
+    "clear_device_cache",
     "clear_environment",  # noqa: F822 - resolved lazily by __getattr__
     "compare_versions",
     "concatenate",
@@ -123,6 +135,7 @@ __all__ = [
     "extract_model_from_parallel",
     "find_batch_size",
     "find_device",
+    "find_executable_batch_size",
     "gather",
     "gather_object",
     "is_aim_available",
@@ -166,8 +179,10 @@ __all__ = [
     "patch_environment",  # noqa: F822 - resolved lazily by __getattr__
     "recursively_apply",
     "reduce",
+    "release_memory",
     "send_to_device",
     "set_seed",
+    "should_reduce_batch_size",
     "synchronize_rng_state",
     "synchronize_rng_states",
     "wait_for_everyone",

@@ -99,6 +99,15 @@ def test_bad_arguments_name_the_value() -> None:
         acc.lomo_backward(torch.tensor(1.0), 0.1)
 
 
+def test_conflicting_split_batches_settings_raise_naming_both() -> None:
+    with pytest.raises(ValueError, match=r"split_batches=True.*DataLoaderConfiguration\(split_batches=False\)"):
+        Accelerator(split_batches=True, dataloader_config=DataLoaderConfiguration(split_batches=False))
+    with pytest.raises(ValueError, match=r"dispatch_batches=False.*dispatch_batches=True"):
+        Accelerator(dispatch_batches=False, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+    agreed = Accelerator(split_batches=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
+    assert agreed.split_batches is True
+
+
 def test_split_batches_keyword_is_honoured() -> None:
     assert Accelerator(split_batches=True).split_batches is True
     GradientState._reset_state()
