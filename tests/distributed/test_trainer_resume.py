@@ -130,5 +130,6 @@ def test_a_rank_that_fails_does_not_leave_the_other_waiting(run_distributed: Any
         assert handle.read().endswith("rank 1 broke")
     with open(tmp_path / "rank0") as handle:
         elapsed, message = handle.read().split(" ", 1)
-    assert "Connection closed by peer" in message or "Connection reset" in message, message
+    # gloo words a peer that went away in one of these ways, depending on where its read was when it happened.
+    assert any(words in message for words in ("Connection closed by peer", "Connection reset", "Read error")), message
     assert float(elapsed) < 15  # rank 0's collective failed once rank 1 was gone, not at a timeout
