@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import warnings
 from typing import IO, Any
 
+from trackers import run_paths
 from trackers.base import GeneralTracker
 
 
@@ -21,7 +23,9 @@ class CSVTracker(GeneralTracker):
     nothing already logged.
 
     Rows logged after the checkpoint a run resumes from (``step`` above the last step in ``state_dict()``) are
-    dropped when it reopens, because the resumed run logs those steps again.
+    dropped when it reopens, because the resumed run logs those steps again. ``state_dict()`` names the run
+    folder relative to ``logging_dir`` (``{"run": "proj/version_0", "step": 2}``), so a copied or moved run
+    folder, resumed with its new location as ``logging_dir``, continues its own file, never the original's.
 
     Example:
         >>> import tempfile, pathlib
@@ -45,7 +49,8 @@ class CSVTracker(GeneralTracker):
         if kwargs:
             raise TypeError(f"CSVTracker takes no options. Received: {sorted(kwargs)}.")
         self.run_name = run_name
-        self.logging_dir = os.fspath(logging_dir)
+        # Absolute now: a later chdir (or a resume from another working directory) cannot move the run.
+        self.logging_dir = os.path.abspath(os.fspath(logging_dir))
         self.run_dir: str | None = None
         self._resume_step: int | None = None
         self._last_step: int | None = None
@@ -112,15 +117,27 @@ class CSVTracker(GeneralTracker):
             self._file = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "step": self._last_step}
+        run = None if self.run_dir is None else run_paths.to_relative(self.run_dir, self.logging_dir)
+        return {"run": run, "step": self._last_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._file is not None:
             raise RuntimeError("CSVTracker.load_state_dict() must come before start(): the run is already "
                                "open.")
-        if not state.get("run_dir"):
-            raise ValueError(f"CSVTracker.load_state_dict needs a 'run_dir'. Received: {state!r}.")
-        self.run_dir = os.fspath(state["run_dir"])
+        if state.get("run"):
+            self.run_dir = run_paths.resolve(str(state["run"]), self.logging_dir, "CSVTracker")
+        elif state.get("run_dir"):  # written by an older version: the folder as it was given
+            relative = run_paths.legacy_to_relative(os.fspath(state["run_dir"]), self.logging_dir)
+            if relative is None:
+                warnings.warn(f"CSVTracker: the checkpoint names the run folder {state['run_dir']}, which is not "
+                              f"inside this run's logging directory {self.logging_dir}; the resumed run logs to a "
+                              "new version folder instead of writing into another run's files.", UserWarning,
+                              stacklevel=2)
+                return
+            self.run_dir = run_paths.resolve(relative, self.logging_dir, "CSVTracker")
+        else:
+            raise ValueError(f"CSVTracker.load_state_dict needs a 'run' (the run folder relative to the logging "
+                             f"directory). Received: {state!r}.")
         self._resume_step = self._last_step = state.get("step")
 
     def _widen(self, new: list[str]) -> None:

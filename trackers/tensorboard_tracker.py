@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
+from trackers import run_paths
 from trackers.base import GeneralTracker
 
 # TensorBoard hides events at or after a restart marker's step; a new run's marker must hide nothing.
@@ -36,7 +38,9 @@ class TensorBoardTracker(GeneralTracker):
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__()
         self.run_name = run_name
-        self.log_dir = os.path.join(os.fspath(logging_dir), run_name)
+        # Absolute now: a later chdir (or a resume from another working directory) cannot move the run.
+        self.logging_dir = os.path.abspath(os.fspath(logging_dir))
+        self.log_dir = os.path.join(self.logging_dir, run_name)
         self.writer_kwargs = kwargs
         self._writer: Any = None
         self._purge_step: int | None = None
@@ -93,15 +97,27 @@ class TensorBoardTracker(GeneralTracker):
             self._writer = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"log_dir": self.log_dir, "step": self._last_step}
+        # Relative to logging_dir: a copied or moved run folder resumes into its own files (see run_paths).
+        return {"run": run_paths.to_relative(self.log_dir, self.logging_dir), "step": self._last_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._writer is not None:
             raise RuntimeError("TensorBoardTracker.load_state_dict() must come before start(): the writer is "
                                "already open.")
-        if not state.get("log_dir"):
-            raise ValueError(f"TensorBoardTracker.load_state_dict needs a 'log_dir'. Received: {state!r}.")
-        self.log_dir = os.fspath(state["log_dir"])
+        if state.get("run"):
+            self.log_dir = run_paths.resolve(str(state["run"]), self.logging_dir, "TensorBoardTracker")
+        elif state.get("log_dir"):  # written by an older version: the folder as it was given
+            relative = run_paths.legacy_to_relative(os.fspath(state["log_dir"]), self.logging_dir)
+            if relative is None:
+                warnings.warn(f"TensorBoardTracker: the checkpoint names the folder {state['log_dir']}, which is "
+                              f"not inside this run's logging directory {self.logging_dir}; the resumed run logs "
+                              f"to {self.log_dir} instead of writing into another run's files.", UserWarning,
+                              stacklevel=2)
+                return
+            self.log_dir = run_paths.resolve(relative, self.logging_dir, "TensorBoardTracker")
+        else:
+            raise ValueError(f"TensorBoardTracker.load_state_dict needs a 'run' (the folder relative to the "
+                             f"logging directory). Received: {state!r}.")
         self._last_step = state.get("step")
         self._purge_step = None if self._last_step is None else self._last_step + 1
 

@@ -38,7 +38,7 @@ def test_exact_contents_widening_and_config(tmp_path: Path) -> None:
     )
     config = json.loads((tmp_path / "proj" / "version_0" / "config.json").read_text())
     assert config == {"lr": 0.1, "model": {"width": 64}, "path": str(tmp_path)}
-    assert tracker.state_dict() == {"run_dir": str(tmp_path / "proj" / "version_0"), "step": 2}
+    assert tracker.state_dict() == {"run": "proj/version_0", "step": 2}
 
 
 def test_rows_are_flushed_and_file_rewritten_only_when_columns_grow(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_resume_appends_to_the_same_file_and_drops_rows_after_the_checkpoint(tmp
     assert _rows(Path(first.run_dir) / "metrics.csv") == [
         ["step", "loss", "late", "acc"], ["0", "0.0", "", ""], ["1", "1.0", "", ""], ["2", "2.0", "", ""],
         ["3", "30.0", "", ""], ["4", "40.0", "", "1.0"]]
-    assert resumed.state_dict() == {"run_dir": first.run_dir, "step": 4}
+    assert resumed.state_dict() == {"run": "proj/version_0", "step": 4}
     assert not (tmp_path / "another_name").exists() and sorted(os.listdir(tmp_path / "proj")) == ["version_0"]
 
 
@@ -104,7 +104,7 @@ def test_misuse_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"reserves the column name 'step'"):
         tracker.log({"step": 1})
     with pytest.raises(RuntimeError, match=r"load_state_dict\(\) must come before start\(\)"):
-        tracker.load_state_dict({"run_dir": str(tmp_path)})
+        tracker.load_state_dict({"run": "proj/version_0"})
     tracker.finish()
     with pytest.raises(TypeError, match=r"takes no options. Received: \['flush_every'\]"):
         CSVTracker("proj", tmp_path, flush_every=10)
@@ -115,3 +115,45 @@ def test_misuse_errors(tmp_path: Path) -> None:
     other.load_state_dict({"run_dir": str(foreign), "step": None})
     with pytest.raises(ValueError, match=r"not a metrics file written by CSVTracker"):
         other.start()
+
+
+def test_a_copied_run_resumes_into_the_copy_from_any_working_directory(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = CSVTracker("proj", "runs/a")  # a relative logging directory, as scripts pass it
+    first.start()
+    first.log({"loss": 1.0}, step=1)
+    checkpoint = first.state_dict()
+    first.log({"loss": 2.0}, step=2)
+    first.finish()
+    assert checkpoint == {"run": "proj/version_0", "step": 1}
+    original = (tmp_path / "runs/a/proj/version_0/metrics.csv").read_bytes()
+
+    import shutil
+
+    shutil.copytree(tmp_path / "runs/a", tmp_path / "copy")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a stray relative "runs/..." here would be a bug
+    resumed = CSVTracker("proj", tmp_path / "copy")
+    resumed.load_state_dict(checkpoint)
+    resumed.start()
+    resumed.log({"loss": 20.0}, step=2)
+    resumed.finish()
+    assert (tmp_path / "runs/a/proj/version_0/metrics.csv").read_bytes() == original
+    assert _rows(tmp_path / "copy/proj/version_0/metrics.csv") == [["step", "loss"], ["1", "1.0"], ["2", "20.0"]]
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_saved_run_folder_cannot_leave_the_logging_directory(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path / "mine")
+    with pytest.raises(ValueError, match=r"not a path inside the logging directory"):
+        tracker.load_state_dict({"run": "../theirs/version_0", "step": 3})
+    with pytest.raises(ValueError, match=r"not a path inside the logging directory"):
+        tracker.load_state_dict({"run": str(tmp_path / "theirs"), "step": 3})
+    # An older checkpoint's folder outside this run: a warning, and a new version folder, never the other run's.
+    with pytest.warns(UserWarning, match=r"not inside this run's logging directory"):
+        tracker.load_state_dict({"run_dir": str(tmp_path / "theirs" / "version_0"), "step": 3})
+    tracker.start()
+    tracker.finish()
+    assert tracker.run_dir == str(tmp_path / "mine" / "proj" / "version_0")

@@ -65,7 +65,7 @@ def test_scalars_text_and_hparams_in_one_run_folder(tmp_path: Path) -> None:
             hparams["model/layers"].string_value) == (0.125, "mlp", "[1, 2]")
     assert json.loads((log_dir / "hparams.json").read_text()) == {
         "lr": 0.125, "model": {"name": "mlp", "layers": [1, 2]}, "seed": None}
-    assert tracker.state_dict() == {"log_dir": str(log_dir), "step": 3}
+    assert tracker.state_dict() == {"run": "proj", "step": 3}
 
 
 def test_resume_writes_the_same_folder_and_replaces_steps_after_the_checkpoint(tmp_path: Path) -> None:
@@ -105,3 +105,23 @@ def test_a_new_run_in_a_used_folder_hides_nothing(tmp_path: Path) -> None:
                                                                    (2, 1.0)]
     assert sorted(_texts(tmp_path / "proj", "note")) == [(0, "run 1.0"), (0, "run 2.0"), (1, "run 1.0"),
                                                          (1, "run 2.0"), (2, "run 1.0")]
+
+
+def test_a_moved_run_resumes_into_its_new_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    first = TensorBoardTracker("proj", "runs/a")
+    first.start()
+    first.log({"loss": 1.0}, step=1)
+    checkpoint = first.state_dict()
+    first.finish()
+    assert checkpoint == {"run": "proj", "step": 1}
+    shutil.move(str(tmp_path / "runs/a"), str(tmp_path / "moved"))
+    resumed = TensorBoardTracker("proj", tmp_path / "moved")
+    resumed.load_state_dict(checkpoint)
+    resumed.start()
+    resumed.log({"loss": 2.0}, step=2)
+    resumed.finish()
+    assert not (tmp_path / "runs/a").exists()
+    assert _scalars(_read(tmp_path / "moved/proj"), "loss") == [(1, 1.0), (2, 2.0)]
