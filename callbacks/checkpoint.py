@@ -122,6 +122,7 @@ class ModelCheckpoint(Callback):
         self._last_global_step_saved = 0  # no checkpoint before the first step
         self._pending_removal: list[str] = []
         # Within a run only.
+        self._run_dir: str | None = None  # the trainer's project_dir: saved paths are relative to it
         self._fitting = False
         self._requested = False
         self._validated = False  # a validation ran during the current training batch
@@ -182,6 +183,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
         self._fitting = stage == "fit" and not trainer.fast_dev_run
         self._seen_everything = False
+        self._run_dir = os.path.abspath(trainer.accelerator.project_dir or os.getcwd())
         if self.dirpath is None:
             self.dirpath = trainer.default_checkpoint_dir
 
@@ -376,26 +378,59 @@ class ModelCheckpoint(Callback):
 
     # -- state --------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"monitor": self.monitor, "mode": self.mode, "dirpath": self.dirpath,
-                "best_k_models": dict(self._scores), "unranked": list(self._unranked),
-                "best_model_path": self.best_model_path, "last_model_path": self.last_model_path,
+        """The bookkeeping, with paths relative to the run folder (``dirpath``) and to ``dirpath`` (checkpoints).
+
+        A run folder that is copied or moved keeps its top-k record: the paths are resolved against where the
+        resumed run's folders are, so the copy ranks, keeps and deletes its own checkpoints, never the original's.
+        """
+        directory = self.dirpath or ""
+        return {"monitor": self.monitor, "mode": self.mode, "relative": True,
+                "dirpath": _relative(directory, self._run_dir or os.getcwd()),
+                "best_k_models": {_relative(p, directory): s for p, s in self._scores.items()},
+                "unranked": [_relative(p, directory) for p in self._unranked],
+                "best_model_path": _relative(self.best_model_path, directory),
+                "last_model_path": _relative(self.last_model_path, directory),
                 "last_kept": self._last_kept, "current_score": self.current_score,
                 "last_global_step_saved": self._last_global_step_saved,
-                "pending_removal": list(self._pending_removal)}
+                "pending_removal": [_relative(p, directory) for p in self._pending_removal]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.dirpath is not None and state_dict["dirpath"] != self.dirpath:
-            warnings.warn(f"ModelCheckpoint: the checkpoint's dirpath {state_dict['dirpath']} differs from "
+        relative = bool(state_dict.get("relative"))  # older checkpoints hold absolute paths
+        saved_dir = _resolve(state_dict["dirpath"], self._run_dir or os.getcwd()) if relative else state_dict["dirpath"]
+        where = saved_dir if relative else ""
+
+        def path(p: str) -> str:
+            return _resolve(p, where) if relative else p
+
+        if self.dirpath is not None and os.path.normpath(saved_dir) != os.path.normpath(self.dirpath):
+            warnings.warn(f"ModelCheckpoint: the checkpoint's dirpath {saved_dir} differs from "
                           f"{self.dirpath}; its top-k and last bookkeeping are not restored (only best_model_path).",
                           UserWarning, stacklevel=2)
-            self.best_model_path = state_dict["best_model_path"]
+            self.best_model_path = path(state_dict["best_model_path"])
             return
-        self._scores = {str(p): float(s) for p, s in state_dict["best_k_models"].items()}
-        self._unranked = list(state_dict["unranked"])
-        self.best_model_path = state_dict["best_model_path"]
-        self.last_model_path = state_dict["last_model_path"]
+        self._scores = {path(str(p)): float(s) for p, s in state_dict["best_k_models"].items()}
+        self._unranked = [path(p) for p in state_dict["unranked"]]
+        self.best_model_path = path(state_dict["best_model_path"])
+        self.last_model_path = path(state_dict["last_model_path"])
         self._last_kept = bool(state_dict["last_kept"])
         self.current_score = state_dict["current_score"]
         self._last_global_step_saved = int(state_dict["last_global_step_saved"])
         # Folders a crash left behind before they were deleted go with the next save.
-        self._pending_removal = list(state_dict["pending_removal"])
+        self._pending_removal = [path(p) for p in state_dict["pending_removal"]]
+
+
+def _relative(path: str, base: str) -> str:
+    """``path`` relative to ``base`` (``/``-separated) when it lies inside it; otherwise unchanged (absolute)."""
+    if not path or not base:
+        return path
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return os.path.abspath(path)  # a dirpath outside the run folder stays where it is when the run moves
+    return relative.replace(os.sep, "/")
+
+
+def _resolve(path: str, base: str) -> str:
+    """The inverse of ``_relative``: a relative path joined to ``base``; an absolute one unchanged."""
+    if not path or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(base, *path.split("/")))
