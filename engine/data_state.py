@@ -298,6 +298,14 @@ class _PreparedLoader(DataLoader):
             target.set_epoch(epoch)
 
     # -- sizes -----------------------------------------------------------------------------------------------
+    def unpadded_size(self, batch_number: int) -> int | None:
+        """Samples of this process's batch ``batch_number`` (of a pass) that are real, not ``even_batches``
+        padding repeated from the dataset's start; ``None`` when all of them are (or it cannot be known: an
+        iterable dataset, batches dispatched from process 0)."""
+        holder = self._batch_sampler_like()
+        real_count = getattr(holder, "real_count", None)
+        return real_count(batch_number + self.skip_batches) if callable(real_count) else None
+
     @property
     def total_batch_size(self) -> int | None:
         """Samples per step across all processes (None for variable-size batch samplers)."""

@@ -180,6 +180,36 @@ class BatchSamplerShard(BatchSampler):
             return rounds + 1
         return rounds
 
+    def real_count(self, batch_number: int) -> int | None:
+        """How many samples of this process's batch ``batch_number`` are not padding; ``None``: all of them.
+
+        ``even_batches`` completes the last round with samples from the start of the dataset; an exact
+        evaluation drops those repeats (the Trainer trims them off before the step). Known for a plain
+        ``torch.utils.data.BatchSampler`` (consecutive full batches, then the short last one); for any other
+        batch sampler only whole padding batches are recognised.
+
+        >>> shard = BatchSamplerShard(BatchSampler(range(5), 2, False), 2, 1)
+        >>> list(shard), [shard.real_count(j) for j in range(2)]
+        ([[2, 3], [1, 2]], [None, 0])
+        """
+        if not self.even_batches or self.drop_last:
+            return None
+        procs, rank = self.num_processes, self.process_index
+        number = batch_number if self.split_batches else batch_number * procs + rank  # its global batch number
+        if type(self.batch_sampler) is BatchSampler and self.batch_size is not None:
+            total, size = len(self.batch_sampler.sampler), self.batch_size  # type: ignore[arg-type]
+            if self.split_batches:
+                per = size // procs
+                real = min(per, max(0, total - number * size - rank * per))
+                return None if real == per else real
+            real = min(size, max(0, total - number * size))
+            return None if real == size else real
+        try:
+            batches = len(self.batch_sampler)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+        return 0 if number >= batches else None
+
     def __iter__(self) -> Iterator[list[int]]:
         return self._iter_from(0)
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from engine import Accelerator
+from trainer.exact_eval import drop_padding
 from trainer.hooks import HookTable
 from trainer.metrics import MetricLogger, to_python
 from trainer.plan import RunPlan, batches
@@ -49,7 +50,8 @@ class EvaluationLoop:
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
                 for batch_idx, batch in batches(loader, count):
-                    metrics.new_batch(batch)
+                    batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
+                    metrics.new_batch(batch, padding)
                     # As in Lightning, dataloader_idx is only passed when there are several loaders.
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
                     hooks.call(batch_start, *step_args)

@@ -20,6 +20,10 @@ _FOLD_EVERY = 64
 # Lightning's defaults: per step inside training batches, per epoch everywhere else.
 _STEP_STAGES = {"train"}
 _LOGGING_STAGES = ("train", "validate", "test", "sanity_check")
+# Evaluation epoch values are reduced across processes unless the user says sync_dist=False (promise 8).
+_EXACT_STAGES = {"validate", "test", "sanity_check"}
+# What a batch made only of padding repeats adds to an epoch aggregate: nothing.
+_NEUTRAL = {"mean": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
 @dataclass(eq=False)
@@ -34,7 +38,8 @@ class _Metric:
     on_epoch: bool
     reduce: str  # "mean" | "sum" | "max" | "min" | "custom"
     reduce_fn: Callable[[torch.Tensor], torch.Tensor] | None
-    sync_dist: bool
+    sync_dist: bool  # the epoch value is reduced across processes
+    sync_step: bool  # each step value is reduced when logged (only when sync_dist=True was asked for)
     step_key: str
     epoch_key: str
     step_value: Any = None
@@ -104,6 +109,7 @@ class MetricLogger:
         self.dataloader_suffix = ""
         self.batch: Any = None
         self._batch_size: int | None = None
+        self._padding = False  # the current batch holds only samples repeated to even out processes
         self._default_on_step = False
         self._default_on_epoch = True
         self._stages: dict[str, dict[str, _Metric]] = {}
@@ -126,9 +132,14 @@ class MetricLogger:
         self.in_epoch_hook = in_epoch_hook
         self._update_defaults()
 
-    def new_batch(self, batch: Any) -> int:
-        """The batch the next ``log`` calls belong to; returns its size (see ``batch_size``)."""
+    def new_batch(self, batch: Any, padding: bool = False) -> int:
+        """The batch the next ``log`` calls belong to; returns its size (see ``batch_size``).
+
+        ``padding``: the batch holds only samples repeated to give every process as many batches (see
+        ``trainer.exact_eval``); what is logged for it does not count in the epoch values.
+        """
         self.batch = batch
+        self._padding = padding
         # batch_size's fast path, inlined: this runs once per training batch.
         first = batch[0] if isinstance(batch, (tuple, list)) and batch else None
         size = first.shape[0] if isinstance(first, torch.Tensor) and first.ndim else batch_size(batch)
@@ -141,7 +152,7 @@ class MetricLogger:
 
     # -- the module's log -------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
-            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool = False,
+            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool | None = None,
             batch_size: int | None = None, enable_graph: bool = False, add_dataloader_idx: bool = True) -> None:
         """Record ``value`` under ``name``; see ``TrainModule.log`` for the meaning of each option."""
         if on_step is None:
@@ -168,7 +179,7 @@ class MetricLogger:
             raise TypeError(f"self.log({name!r}, value) takes a number or a one-element tensor; got "
                             f"{type(value).__name__} ({value!r:.80}). Log several values with self.log_dict.")
         if on_step:
-            if sync_dist and self.num_processes > 1:
+            if record.sync_step and self.num_processes > 1:
                 value = self._sync_step_value(record, value)
             record.step_value = value
             record.step_fresh = True
@@ -179,9 +190,15 @@ class MetricLogger:
                 self.progress_bar_metrics[record.step_key] = value
         if on_epoch:
             record.dirty = True
+            if self._padding:
+                if record.reduce == "custom":
+                    return  # a custom reduction sees only real values (gathered with their count)
+                value = torch.full_like(value, _NEUTRAL[record.reduce]) if isinstance(value, torch.Tensor) \
+                    else _NEUTRAL[record.reduce]
             record.values.append(value)
             if record.reduce == "mean":
-                record.weights.append(batch_size if batch_size is not None else self._current_batch_size())
+                weight = batch_size if batch_size is not None else self._current_batch_size()
+                record.weights.append(0 if self._padding else weight)
             if len(record.values) >= _FOLD_EVERY:
                 record.fold()
 
@@ -197,6 +214,9 @@ class MetricLogger:
             raise ValueError(f"self.log({key!r}, on_step=False, on_epoch=False) would record nothing: set on_step "
                              "or on_epoch to True (or leave them None for the defaults).")
         reduce, reduce_fn = _parse_reduce(key, reduce_fx)
+        # None (the default): exact across processes in evaluation, per process in training (Lightning's
+        # meaning, which an explicit sync_dist=False keeps everywhere).
+        sync_epoch = self.stage in _EXACT_STAGES if sync_dist is None else bool(sync_dist)
         existing = self._records.get(key)
         if existing is not None:
             raise ValueError(f"{key!r} was already logged in this stage with (prog_bar, logger, on_step, on_epoch, "
@@ -204,7 +224,8 @@ class MetricLogger:
                              "options everywhere, or use a different name.")
         both = on_step and on_epoch
         record = _Metric(name=key, options=options, prog_bar=prog_bar, logger=logger, on_step=on_step,
-                         on_epoch=on_epoch, reduce=reduce, reduce_fn=reduce_fn, sync_dist=sync_dist,
+                         on_epoch=on_epoch, reduce=reduce, reduce_fn=reduce_fn, sync_dist=sync_epoch,
+                         sync_step=sync_dist is True,
                          step_key=f"{key}_step" if both else key, epoch_key=f"{key}_epoch" if both else key)
         self._records[key] = record
         return record
@@ -253,10 +274,9 @@ class MetricLogger:
     def _compute(self, record: _Metric) -> torch.Tensor:
         if record.reduce == "custom":
             assert record.reduce_fn is not None
-            values = _stack(record.values).float()
+            values = _stack(record.values).float() if record.values else torch.zeros(0)
             if record.sync_dist and self.num_processes > 1:
-                assert self._gather is not None
-                values = self._gather(values)
+                values = self._gather_uneven(values)
             return record.reduce_fn(values)
         record.fold()
         assert record.total is not None
@@ -273,6 +293,16 @@ class MetricLogger:
             assert self._reduce is not None
             return self._reduce(total, record.reduce)
         return total
+
+    def _gather_uneven(self, values: torch.Tensor) -> torch.Tensor:
+        """Every process's 1-D ``values``, concatenated in rank order, when their lengths may differ."""
+        assert self._gather is not None
+        count = torch.tensor([values.numel()], device=values.device)
+        counts = self._gather(count).tolist()
+        padded = torch.full((max(counts),), float("nan"), device=values.device)
+        padded[:values.numel()] = values
+        gathered = self._gather(padded).reshape(len(counts), -1)
+        return torch.cat([row[:n] for row, n in zip(gathered, counts)])
 
     # -- what goes to the trackers ----------------------------------------------------------------------------
     def step_values(self) -> dict[str, Any]:

@@ -98,7 +98,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     # -- logging ----------------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
             on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", enable_graph: bool = False,
-            sync_dist: bool = False, add_dataloader_idx: bool = True, batch_size: int | None = None,
+            sync_dist: bool | None = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
             rank_zero_only: bool = False) -> None:
         """Record a scalar metric; it reaches ``trainer.callback_metrics``, the trackers and (``prog_bar``) the bar.
 
@@ -113,9 +113,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             reduce_fx: the epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``,
                 or a callable reducing a 1-D tensor of the epoch's values.
             enable_graph: keep the autograd graph (not detached).
-            sync_dist: reduce across processes with ``reduce_fx``: a step value when it is logged (one
-                collective per call, as in Lightning), an epoch value once at the epoch end (the mean is the
-                global batch-size-weighted mean). Every process must log the same names in the same order.
+            sync_dist: reduce across processes with ``reduce_fx``. ``None`` (the default): validation and test
+                epoch values are exact over the whole dataset (every sample counted once, padding repeats
+                dropped, the same value on every process); training values stay per process, as in Lightning.
+                ``True`` also reduces each step value when it is logged (one collective per call) and training
+                epoch values; ``False`` keeps Lightning's per-process values everywhere. Every process must log
+                the same names in the same order.
             add_dataloader_idx: with several evaluation loaders, append ``/dataloader_idx_{i}`` to the name.
             batch_size: the weight of this value in the epoch mean (default: inferred from the batch).
             rank_zero_only: accepted for Lightning compatibility; only the main process logs to trackers anyway.
@@ -131,7 +134,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool = True,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean",
-                 enable_graph: bool = False, sync_dist: bool = False, add_dataloader_idx: bool = True,
+                 enable_graph: bool = False, sync_dist: bool | None = None, add_dataloader_idx: bool = True,
                  batch_size: int | None = None, rank_zero_only: bool = False) -> None:
         """``self.log`` for every item of ``dictionary``, with the same options."""
         if not isinstance(dictionary, Mapping):

@@ -183,3 +183,26 @@ def test_seedable_random_sampler_replays_epochs() -> None:
     assert list(SeedableRandomSampler(range(20), data_seed=11)) == epoch0
     assert torch.equal(before, torch.get_rng_state())  # draws nothing from the global RNG
     assert list(SeedableRandomSampler(range(20), data_seed=0)) != list(SeedableRandomSampler(range(20), data_seed=1))
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_real_count_marks_exactly_the_padding_of_even_batches(split: bool) -> None:
+    """Keeping the first real_count indices of every batch on every process yields each sample exactly once."""
+    from torch.utils.data import BatchSampler
+
+    from engine.samplers import BatchSamplerShard
+
+    for procs in (2, 3):
+        for size in (2, 3, 4, 6):
+            if split and size % procs:
+                continue
+            for n in range(1, 20):
+                kept: list[int] = []
+                for rank in range(procs):
+                    shard = BatchSamplerShard(BatchSampler(range(n), size, False), procs, rank, split)
+                    for j, batch in enumerate(shard):
+                        real = shard.real_count(j)
+                        kept += batch if real is None else batch[:real]
+                assert sorted(kept) == list(range(n)), (procs, size, n)
+    uneven = BatchSamplerShard(BatchSampler(range(5), 2, False), 2, 1, split, even_batches=False)
+    assert [uneven.real_count(j) for j in range(len(uneven))] == [None] * len(uneven)

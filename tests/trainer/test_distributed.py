@@ -25,7 +25,8 @@ class Synced(Regressor):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         rank = self.trainer.global_rank
         value = torch.tensor(float(rank * 10 + batch_idx))
-        self.log("local", value)
+        self.log("local", value, sync_dist=False)  # Lightning's per-process value, asked for explicitly
+        self.log("default", value)  # exact over both processes by default in evaluation
         self.log("synced", value, sync_dist=True)
         self.log("weighted", value, sync_dist=True, batch_size=rank + 1)
         self.log("max", value, reduce_fx="max", sync_dist=True)
@@ -85,7 +86,7 @@ def test_two_processes(run_distributed: Any) -> None:
     # Per-rank values: rank 0 logs 0, 1, 2 and rank 1 logs 10, 11, 12.
     assert (rank0["metrics"]["local"], rank1["metrics"]["local"]) == (1.0, 11.0)
     for metrics in (rank0["metrics"], rank1["metrics"]):
-        assert metrics["synced"] == pytest.approx(6.0)
+        assert metrics["synced"] == metrics["default"] == pytest.approx(6.0)
         # The global batch-size-weighted mean (weights 1 on rank 0, 2 on rank 1), not the mean of rank means.
         assert metrics["weighted"] == pytest.approx((1 * 3 + 2 * 33) / 9)
         assert (metrics["max"], metrics["sum"], metrics["median"]) == (12.0, 36.0, 2.0)
