@@ -152,10 +152,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     results = trainer.test(model, test_loader, ckpt_path=best)[0]
     trainer.accelerator.end_training()  # close the trackers (flushes TensorBoard's event file)
     seconds = time.monotonic() - started
-    print(f"\nTest accuracy {results['test/acc']:.2%} after {trainer.current_epoch} epochs, "
+    acc = trainer.accelerator
+    # Under `ember launch --nproc-per-node N` every rank prints it: evaluation is exact across processes (each
+    # test sample counted once), so the N lines agree.
+    rank = f"[rank {acc.process_index}] " if acc.num_processes > 1 else ""
+    print(f"\n{rank}Test accuracy {results['test/acc']:.2%} after {trainer.current_epoch} epochs, "
           f"{trainer.global_step} steps; wall time {seconds:.1f} s")
-    if args.fast_dev_run:
-        return results
+    if args.fast_dev_run or not acc.is_main_process:
+        return results  # the files below belong to the main process, which runs the trackers
 
     metrics_csv = Path(trainer.accelerator.get_tracker("csv").metrics_path)
     curves = metrics_csv.parent / "curves.png"

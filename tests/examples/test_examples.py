@@ -143,3 +143,13 @@ def test_engine_loop_two_processes(tmp_path: Path) -> None:
     assert "epoch 0: val accuracy" in out and f"on {VAL_SAMPLES} samples" in out
     assert out.count("epoch 0: val accuracy") == 1  # accelerator.print: the main process only
     assert committed_checkpoints(tmp_path / "e")
+
+
+def test_digits_on_two_processes_prints_one_test_accuracy(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", "2", "--cpu",
+               str(EXAMPLES / "digits.py"), "--project-dir", str(tmp_path / "d"), "--max-epochs", "1"]
+    out = run(command, tmp_path, timeout=120)  # exits 0: rank 1 writes none of the main process's files
+    accuracies = re.findall(r"\[rank (\d)\] Test accuracy (\S+)%", out)
+    assert sorted(rank for rank, _ in accuracies) == ["0", "1"], out[-3000:]
+    assert accuracies[0][1] == accuracies[1][1]  # exact evaluation: every test sample once, the same on both
+    assert out.count("Metrics csv:") == 1 and (tmp_path / "d" / "version_0" / "COMPLETED").exists()
