@@ -290,21 +290,41 @@ class StepRouter(torch.nn.Module):
     """Sends ``training_step`` & co. through ``forward``, so DDP / FSDP2 / autocast wrappers see every step.
 
     DDP only all-reduces gradients of a backward that follows its own ``forward``, and FSDP2 gathers parameters
-    in the root's forward; calling ``module.training_step`` directly would bypass both. ``state_dict`` and
-    ``load_state_dict`` are the module's own, so checkpoints hold the user's keys without a ``module.`` prefix.
+    in the root's forward; calling ``module.training_step`` directly would bypass both.
+
+    The router is a second view of the module, not a wrapper around it: it shares the module's parameter,
+    buffer and submodule tables. Its parameter names are the module's own (``net.weight``, no ``module.``
+    prefix), so checkpoints hold the user's keys, and the fully qualified names FSDP2's distributed state-dict
+    functions resolve on the sharded root (``getattr(router, "net")``) exist; a replacement ``fully_shard``
+    makes (a ``DTensor`` for a parameter) is seen by both.
+
+    Example:
+        >>> class Tiny(TrainModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(2, 1)
+        >>> router = StepRouter(Tiny())
+        >>> list(router.state_dict()), router.net is router.module.net
+        (['net.weight', 'net.bias'], True)
     """
 
     def __init__(self, module: TrainModule) -> None:
         super().__init__()
-        self.module = module
-        # A plain attribute too: nn.Module.__getattr__ (a child's lookup) costs ~0.5 us on every step.
+        # A plain attribute (not a child): nn.Module.__getattr__ costs ~0.5 us on every step, and a child would
+        # prefix every name with "module.".
         object.__setattr__(self, "_target", module)
+        for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
+            object.__setattr__(self, table, getattr(module, table))
+
+    @property
+    def module(self) -> TrainModule:
+        """The ``TrainModule`` this router steps."""
+        return self._target
 
     def forward(self, step: str, *args: Any) -> Any:
         return getattr(self._target, step)(*args)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self.module.state_dict(*args, **kwargs)
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
-        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+    def train(self, mode: bool = True) -> StepRouter:
+        super().train(mode)
+        self._target.training = mode  # the module itself is not one of the shared children
+        return self

@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--signal-rank", type=int, default=0)
     parser.add_argument("--exit-code", type=int, default=143)
     parser.add_argument("--no-step-checkpoints", action="store_true")
+    parser.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (sharded checkpoints)")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     # Under torchrun every rank runs in its own session: the test kills each one's group by this pid.
@@ -111,9 +112,15 @@ def main() -> None:
     callbacks: list[Callback] = [Freeze(args)]
     if not args.no_step_checkpoints:
         callbacks.append(ModelCheckpoint(every_n_train_steps=1, save_last=True))
+    where: dict[str, Any] = {"log_with": "csv", "project_dir": args.dir}
+    if args.fsdp:
+        from engine import Accelerator, FullyShardedDataParallelPlugin
+
+        where = {"accelerator": Accelerator(log_with="csv", project_dir=args.dir,
+                                            fsdp_plugin=FullyShardedDataParallelPlugin())}
     trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0, deterministic=True,
-                      log_with="csv", project_dir=args.dir, log_every_n_steps=2, callbacks=callbacks,
-                      enable_progress_bar=False, enable_model_summary=False, preemption_exit_code=args.exit_code)
+                      log_every_n_steps=2, callbacks=callbacks, enable_progress_bar=False,
+                      enable_model_summary=False, preemption_exit_code=args.exit_code, **where)
     model = Net()
     loader = DataLoader(Noisy(44, seed=1), batch_size=4, shuffle=True, num_workers=2,
                         multiprocessing_context="fork")
@@ -129,8 +136,10 @@ def main() -> None:
 
     trainer.callbacks.append(Where())
     trainer.fit(model, loader, val, ckpt_path=args.ckpt_path)
+    # The full weights (gathered to rank 0 from the shards under FSDP2; every rank takes part).
+    final = trainer.accelerator.get_state_dict(trainer._model) if args.fsdp else model.state_dict()
     if trainer.is_global_zero:
-        torch.save(model.state_dict(), os.path.join(args.dir, "final.pt"))
+        torch.save(final, os.path.join(args.dir, "final.pt"))
 
 
 def launch(directory: str, *args: str, nproc: int = 1, timeout: float = 120.0) -> int | str:
