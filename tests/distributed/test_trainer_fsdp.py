@@ -34,7 +34,7 @@ def _fsdp_fit(folder: str, max_epochs: int, ckpt_path: str | None = None) -> dic
     trainer = Trainer(**quiet, accelerator=accelerator, max_epochs=max_epochs, seed=0, callbacks=[checkpoint])
     trainer.fit(Scored(), data(n=16, batch_size=2), data(n=8, batch_size=2), ckpt_path=ckpt_path)
     trainer.save_checkpoint(os.path.join(folder, "explicit"))  # outside fit: written at once, every rank
-    state = accelerator.get_state_dict(trainer._model)  # gathered to rank 0
+    state = accelerator.get_state_dict(trainer.plan.model)  # gathered to rank 0
     return {"step": trainer.global_step, "epoch": trainer.current_epoch,
             "state": {name: value.tolist() for name, value in state.items()},
             "kept": sorted(os.listdir(os.path.join(folder, "checkpoints"))),

@@ -137,7 +137,7 @@ def main() -> None:
     trainer.callbacks.append(Where())
     trainer.fit(model, loader, val, ckpt_path=args.ckpt_path)
     # The full weights (gathered to rank 0 from the shards under FSDP2; every rank takes part).
-    final = trainer.accelerator.get_state_dict(trainer._model) if args.fsdp else model.state_dict()
+    final = trainer.accelerator.get_state_dict(trainer.plan.model) if args.fsdp else model.state_dict()
     if trainer.is_global_zero:
         torch.save(final, os.path.join(args.dir, "final.pt"))
 
