@@ -94,9 +94,9 @@ def check_plain(value: Any, where: str) -> None:
                     "unpickling. Convert it (e.g. .tolist(), str(...)) in state_dict / on_save_checkpoint.")
 
 
-def newest_checkpoint(directories: list[str]) -> str | None:
-    """The most recently committed checkpoint folder directly inside any of ``directories`` (by its manifest)."""
-    best: tuple[float, str] | None = None
+def committed_checkpoints(directories: list[str]) -> list[str]:
+    """Every committed checkpoint folder directly inside any of ``directories``, newest first (by manifest)."""
+    found: list[tuple[float, str]] = []
     for directory in directories:
         try:
             names = os.listdir(directory)
@@ -108,7 +108,11 @@ def newest_checkpoint(directories: list[str]) -> str | None:
             path = os.path.join(directory, name)
             manifest = folders.read_manifest(path) if os.path.isdir(path) else None
             if manifest is not None:
-                created = float(manifest.get("created", 0.0))
-                if best is None or created > best[0]:
-                    best = (created, path)
-    return None if best is None else best[1]
+                found.append((float(manifest.get("created", 0.0)), path))
+    return [path for _, path in sorted(found, key=lambda item: item[0], reverse=True)]
+
+
+def newest_checkpoint(directories: list[str]) -> str | None:
+    """The most recently committed checkpoint folder directly inside any of ``directories`` (by its manifest)."""
+    found = committed_checkpoints(directories)
+    return found[0] if found else None

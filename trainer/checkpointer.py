@@ -23,7 +23,8 @@ from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
 from engine.checkpoint_state import model_name
 from engine.checksum import hash_file
-from trainer.checkpoint_format import FORMAT, VERSION, TrainerCheckpointState, check_plain, newest_checkpoint
+from trainer.checkpoint_format import FORMAT, VERSION, TrainerCheckpointState, check_plain, committed_checkpoints
+from trainer.fallback import load_first_intact
 from trainer.data import loader_length
 from trainer.hooks import overrides
 from trainer.loss_check import LossCheck
@@ -58,6 +59,9 @@ class Checkpointer:
         self._owner = weakref.ref(owner)  # weakly: the owner holds this object (no reference cycle)
         self._queue: list[Callable[[], Any]] | None = None  # saves waiting for the next boundary, inside fit
         self._last_save_position: tuple[int, int, int] | None = None
+        # What the last resolve() chose: ckpt_path as given, and the older committed checkpoints "last" may
+        # fall back to when the chosen one is damaged (decided on process 0, the same on every process).
+        self._resolved: tuple[str, list[str]] = ("", [])
         # The trainer's part of every engine checkpoint (TrainState, callbacks, trackers...): plain values only.
         self.entry = TrainerCheckpointState(self.payload)
         accelerator.register_for_checkpointing(self.entry)
@@ -199,14 +203,16 @@ class Checkpointer:
         outcome: list[Any] = [None]
         if self.accelerator.is_main_process:
             try:
-                outcome[0] = ("ok", self._find(os.fspath(ckpt_path), entry, best_path))
+                found = self._find(os.fspath(ckpt_path), entry, best_path)
+                outcome[0] = ("ok", found[0] if found else None, found[1:])
             except (ValueError, FileNotFoundError) as error:
-                outcome[0] = (type(error).__name__, str(error))
+                outcome[0] = (type(error).__name__, str(error), [])
         if self.accelerator.num_processes > 1:
             broadcast_object_list(outcome)
-        kind, value = outcome[0]
+        kind, value, older = outcome[0]
         if kind != "ok":
             raise (FileNotFoundError if kind == "FileNotFoundError" else ValueError)(value)
+        self._resolved = (os.fspath(ckpt_path), older)
         if value is None and required:
             raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no committed checkpoint in "
                                     f"{self.directories()}.")
@@ -215,15 +221,16 @@ class Checkpointer:
                                    f"{self.directories()}; starting a new run.")
         return value
 
-    def _find(self, ckpt_path: str, entry: str, best_path: str | None) -> str | None:
+    def _find(self, ckpt_path: str, entry: str, best_path: str | None) -> list[str]:
+        """The folder to load first, then (for ``"last"``) the older committed ones to fall back to."""
         if ckpt_path == "last":
-            return newest_checkpoint(self.directories())
+            return committed_checkpoints(self.directories())
         if ckpt_path == "best":
             found = self.checkpoint_callbacks
             if not best_path:
                 raise ValueError(f"{entry}(ckpt_path='best') needs a ModelCheckpoint that has saved a checkpoint; "
                                  f"{'it has saved none yet' if found else 'there is none'}. Pass a path or 'last'.")
-            return best_path
+            return [best_path]
         folder = os.path.abspath(ckpt_path)
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder ({folder}). Pass "
@@ -232,13 +239,14 @@ class Checkpointer:
         if not folders.is_committed(folder):
             raise ValueError(f"{entry}(ckpt_path={ckpt_path!r}) is not a committed checkpoint: it has no valid "
                              f"{folders.MANIFEST_NAME} (an interrupted save, or not written by Ember).")
-        return folder
+        return [folder]
 
     # -- restoring ----------------------------------------------------------------------------------------------
     def restore(self, folder: str) -> None:
         """Load everything a resume needs from ``folder``, then line the loaders up with ``TrainState``."""
         self.entry.loaded = None
-        self.accelerator.load_state(folder)
+        ckpt_path, older = self._resolved
+        folder = load_first_intact(self.accelerator, [folder, *older], ckpt_path or folder, "fit")
         loaded = self.entry.loaded
         if loaded is None:
             raise CheckpointError(f"{folder} holds no trainer state: it was not written by a Trainer.")
