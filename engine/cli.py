@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from engine.environment import describe
 from engine.launch import add_launch_commands, config_report
+from engine.launch_config import LaunchSettingError
 
 
 def _version(package: str) -> str:
@@ -56,7 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "env":
         print(env_report())
         return 0
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except LaunchSettingError as err:
+        # A bad flag or config value is the user's typo: one line, as argparse reports its own errors.
+        print(f"ember {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

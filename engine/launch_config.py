@@ -31,8 +31,12 @@ def default_config_path() -> str:
     return os.path.join(cache, "ember", "default_config.yaml")
 
 
-def _bad(key: str, value: Any, expected: str) -> ValueError:
-    return ValueError(f"Launch setting {key}={value!r} is invalid: expected {expected}.")
+class LaunchSettingError(ValueError):
+    """A launch setting (flag or config file) is invalid; ``ember`` prints it as one line, without a traceback."""
+
+
+def _bad(key: str, value: Any, expected: str) -> LaunchSettingError:
+    return LaunchSettingError(f"Launch setting {key}={value!r} is invalid: expected {expected}.")
 
 
 @dataclass
@@ -68,7 +72,7 @@ class LaunchConfig:
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise _bad("rdzv_endpoint", self.rdzv_endpoint, "HOST:PORT, the address of node 0, e.g. 10.0.0.1:29400")
         if self.multi_node and self.rdzv_endpoint is None:
-            raise ValueError(f"nnodes={self.nnodes} runs on several machines, which must find each other: pass "
+            raise LaunchSettingError(f"nnodes={self.nnodes} runs on several machines, which must find each other: pass "
                              "--rdzv-endpoint HOST:PORT (node 0's address and a free port) on every node.")
         if self.rdzv_backend is not None and self.rdzv_backend not in RDZV_BACKENDS:
             raise _bad("rdzv_backend", self.rdzv_backend, f"one of {RDZV_BACKENDS}")
@@ -122,7 +126,7 @@ class LaunchConfig:
         that are not None."""
         path = config_file or default_config_path()
         if config_file is not None and not os.path.isfile(path):
-            raise ValueError(f"--config-file {config_file!r} does not exist: write it with "
+            raise LaunchSettingError(f"--config-file {config_file!r} does not exist: write it with "
                              f"`ember config --config-file {config_file}` or leave the flag out.")
         values = load_config(path) if os.path.isfile(path) else {}
         values.update({k: v for k, v in flags.items() if k in cls.field_names() and v is not None})
@@ -143,16 +147,16 @@ def load_config(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         values = _yaml().safe_load(handle) or {}
     if not isinstance(values, dict):
-        raise ValueError(  # noqa: TRY004 - a malformed file is a bad value, as every other error here
+        raise LaunchSettingError(  # noqa: TRY004 - a malformed file is a bad value, as every other error here
             f"{path} must hold a mapping of launch settings, got {type(values).__name__}.")
     unknown = sorted(set(values) - set(LaunchConfig.field_names()))
     if unknown:
-        raise ValueError(f"{path} has unknown launch settings {unknown}; known: {list(LaunchConfig.field_names())}. "
-                         "Rewrite it with `ember config`.")
+        raise LaunchSettingError(f"{path} has unknown launch settings {unknown}; known: "
+                                 f"{list(LaunchConfig.field_names())}. Rewrite it with `ember config`.")
     try:
         LaunchConfig(**values)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise LaunchSettingError(f"{path}: {err}") from None
     return dict(values)
 
 

@@ -127,3 +127,13 @@ def test_worker_runner_passes_arguments_and_exit_codes(tmp_path: Path) -> None:
     assert failed.stderr.startswith("[ember] rank 5") and "KeyError: 'lost'" in failed.stderr
     assert "runpy" not in failed.stderr and failed.stderr.count("Traceback") == 1
     assert run_script([]) == 2
+
+
+@pytest.mark.parametrize("flags", [["--nproc-per-node", "0"], ["--nnodes", "2"], ["--max-restarts", "-1"]])
+def test_ember_launch_reports_a_bad_setting_in_one_line(config_file: Path, tmp_path: Path, flags: list[str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    assert main(["launch", *flags, str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ember launch: error: ") and "Traceback" not in err, err
