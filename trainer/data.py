@@ -91,3 +91,26 @@ def without_shuffle(loader: DataLoader) -> DataLoader:
                       drop_last=loader.drop_last, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                       multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
                       persistent_workers=loader.persistent_workers, **extra)
+
+
+def check_not_empty(loader: Any, prepared: Any, num_processes: int) -> None:
+    """Raise when the training loader yields no batch at all (fit would otherwise end at epoch 0, step 0, silently).
+
+    Example:
+        >>> from torch.utils.data import DataLoader
+        >>> check_not_empty(DataLoader(range(3), batch_size=4, drop_last=True), [], 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: The training DataLoader yields no batch: its dataset has 3 samples, batch_size=4, drop_last=True. Give it more samples, a smaller batch_size or drop_last=False.
+    """
+    if loader_length(prepared) != 0:
+        return
+    dataset = getattr(loader, "dataset", None)
+    try:
+        samples = f"{len(dataset)} samples"  # type: ignore[arg-type]
+    except TypeError:
+        samples = "an unknown number of samples"
+    where = f" on each of {num_processes} processes" if num_processes > 1 else ""
+    raise ValueError(f"The training DataLoader yields no batch{where}: its dataset has {samples}, batch_size="
+                     f"{getattr(loader, 'batch_size', None)}, drop_last={getattr(loader, 'drop_last', None)}. Give it "
+                     "more samples, a smaller batch_size or drop_last=False.")

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from engine import Accelerator
 from trainer import args as checks
 from trainer.config import TrainerConfig
-from trainer.data import limit_batches, loader_length, resolve_loaders, without_shuffle
+from trainer.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
@@ -83,6 +83,7 @@ class RunPlan:
             train = [without_shuffle(train[0])]
         self.train_loader = self.accelerator.prepare(train[0])
         self.prepared.append("train loader")
+        check_not_empty(train[0], self.train_loader, self.accelerator.num_processes)
         self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
                                                   "limit_train_batches")
         self._set_val_loaders(config, val)

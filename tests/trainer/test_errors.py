@@ -110,3 +110,14 @@ def test_bad_data_and_modules() -> None:
         Trainer(**QUIET).test(TrainModule(), data())
     with pytest.raises(FileNotFoundError, match="ckpt_path='no/such/run'\\): no such checkpoint folder"):
         Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="no/such/run")
+
+
+def test_an_empty_training_loader_is_an_error_naming_it() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    empty = DataLoader(TensorDataset(torch.zeros(3, 3), torch.zeros(3, 1)), batch_size=4, drop_last=True)
+    with pytest.raises(ValueError, match=r"The training DataLoader yields no batch: its dataset has 3 samples, "
+                                         r"batch_size=4, drop_last=True\. Give it more samples"):
+        Trainer(**QUIET, max_epochs=1).fit(Regressor(), empty)
+    with pytest.raises(ValueError, match=r"its dataset has 0 samples"):
+        Trainer(**QUIET, max_epochs=1).fit(Regressor(), DataLoader(TensorDataset(torch.zeros(0, 3)), batch_size=2))
