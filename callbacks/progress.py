@@ -37,7 +37,9 @@ class ProgressBar(Callback):
     On a terminal it draws tqdm bars; the metrics (one device sync to read them) are refreshed at most every
     ``metrics_interval_s`` seconds. When the stream is not a terminal it prints one line per training epoch (and
     one per standalone validate / test / predict run) instead of redrawing, e.g.
-    ``Epoch 3/10: 120 batches, step 360, 4.2s, train/loss=0.1234, val/acc=0.91``.
+    ``Epoch 3/9: 120 batches, step 360, 4.2s, train/loss=0.1234, val/acc=0.91``. Epochs are numbered from 0,
+    as ``trainer.current_epoch``, checkpoint names (``epoch=3``) and resume messages number them, so the line
+    reads "epoch 3 of 0..9" (Lightning's rich bar shows the same).
 
     Args:
         refresh_rate: redraw the bar every N batches (0 turns the bar and the lines off).
@@ -86,8 +88,9 @@ class ProgressBar(Callback):
 
     # -- training ---------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
-        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs is not None else ""
-        self._train = self._start(f"Epoch {trainer.current_epoch + 1}{epochs}", trainer.num_training_batches,
+        # From 0, as current_epoch, checkpoint names and resume messages: one numbering everywhere.
+        epochs = f"/{trainer.max_epochs - 1}" if trainer.max_epochs is not None else ""
+        self._train = self._start(f"Epoch {trainer.current_epoch}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
         self._first_batch = trainer.state.batch_in_epoch  # batches of this epoch done before a resume
 

@@ -35,8 +35,8 @@ def test_progress_bar_prints_one_line_per_epoch_when_not_a_terminal(capsys: pyte
     module = Shown()
     trainer.fit(module, data(n=16), data(n=8))
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(",")[0] for line in lines] == ["Epoch 1/2: 4 batches", "Epoch 2/2: 4 batches"]
-    assert lines[1].startswith("Epoch 2/2: 4 batches, step 8, ") and lines[1].endswith("shown=1.5, val_shown=0.25")
+    assert [line.split(",")[0] for line in lines] == ["Epoch 0/1: 4 batches", "Epoch 1/1: 4 batches"]
+    assert lines[1].startswith("Epoch 1/1: 4 batches, step 8, ") and lines[1].endswith("shown=1.5, val_shown=0.25")
     trainer.validate(module, data(n=8), verbose=False)
     trainer.test(module, data(n=4), verbose=False)
     trainer.predict(module, data(n=8))
@@ -57,7 +57,7 @@ def test_progress_bar_draws_tqdm_bars_on_a_terminal() -> None:
                       callbacks=[ProgressBar(stream=stream, metrics_interval_s=0.0)])
     trainer.fit(Shown(), data(n=16), data(n=8))
     text = stream.getvalue()
-    assert "Epoch 1/1" in text and "\r" in text and "shown=1.5" in text and "4/4" in text
+    assert "Epoch 0/0" in text and "\r" in text and "shown=1.5" in text and "4/4" in text
 
 
 def test_learning_rate_monitor_logs_before_each_step() -> None:
