@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import warnings
+import weakref
+from collections.abc import Callable
 from typing import IO, Any
 
 from trackers import run_paths
@@ -57,6 +59,7 @@ class CSVTracker(GeneralTracker):
         self._columns: list[str] = []
         self._known: set[str] = set()  # the same names as _columns, for O(1) membership per logged key
         self._file: IO[str] | None = None
+        self._closer: Callable[[], Any] = lambda: None
         self._writer: Any = None
 
     @property
@@ -113,7 +116,7 @@ class CSVTracker(GeneralTracker):
 
     def finish(self) -> None:
         if self._file is not None:
-            self._file.close()
+            self._closer()
             self._file = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -143,7 +146,7 @@ class CSVTracker(GeneralTracker):
     def _widen(self, new: list[str]) -> None:
         """Rewrite the file with a longer header; rare (new metric names appear in the first few calls)."""
         assert self._file is not None
-        self._file.close()
+        self._closer()
         columns, rows = _read(self.metrics_path)
         self._set_columns(columns + new)
         _rewrite(self.metrics_path, self._columns, rows)
@@ -157,6 +160,9 @@ class CSVTracker(GeneralTracker):
         fresh = not os.path.exists(self.metrics_path)
         # Held open for the whole run (closed in finish()): reopening per row would cost a syscall pair.
         self._file = open(self.metrics_path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+        # A run whose trainer is dropped without end_training() still closes its file when the tracker goes (or
+        # at exit), instead of leaving it to the garbage collector's ResourceWarning.
+        self._closer = weakref.finalize(self, self._file.close)
         self._writer = csv.writer(self._file)
         if fresh:
             self._set_columns(["step"])

@@ -157,3 +157,20 @@ def test_a_saved_run_folder_cannot_leave_the_logging_directory(tmp_path: Path) -
     tracker.start()
     tracker.finish()
     assert tracker.run_dir == str(tmp_path / "mine" / "proj" / "version_0")
+
+
+def test_a_tracker_dropped_without_finish_closes_its_file_quietly(tmp_path: Path) -> None:
+    import gc
+    import warnings
+
+    tracker = CSVTracker("proj", tmp_path)
+    tracker.start()
+    tracker.log({"loss": 1.0}, step=0)
+    handle = tracker.tracker
+    assert handle is not None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del tracker  # e.g. a Trainer that went out of scope without end_training()
+        gc.collect()
+    assert handle.closed
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
