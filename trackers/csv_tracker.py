@@ -19,10 +19,10 @@ class CSVTracker(GeneralTracker):
 
     Each new run takes the next free ``version_{N}`` folder, so runs sharing a project never mix rows; a
     resumed run (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a
-    ``step`` column (empty when no step was given) and one column per metric name in first-seen order; every
-    ``log`` call is one row. A metric name seen for the first time widens the file: it is rewritten once with
-    the longer header, the earlier rows keeping empty cells. Each row is flushed, so killing the process loses
-    nothing already logged.
+    ``step`` column (empty when no step was given) and one column per metric name in first-seen order. Each
+    step is one row: a ``log`` call for the same step as the row before adds its values to that row. A metric
+    name seen for the first time widens the file: it is rewritten once with the longer header, the earlier rows
+    keeping empty cells. Each row is flushed, so killing the process loses nothing already logged.
 
     Rows logged after the checkpoint a run resumes from (``step`` above the last step in ``state_dict()``) are
     dropped when it reopens, because the resumed run logs those steps again. ``state_dict()`` names the run
@@ -59,6 +59,10 @@ class CSVTracker(GeneralTracker):
         self._columns: list[str] = []
         self._known: set[str] = set()  # the same names as _columns, for O(1) membership per logged key
         self._file: IO[str] | None = None
+        # The last row written by this run: its values, its step and where it starts in the file (bytes).
+        self._row: dict[str, Any] = {}
+        self._row_step: int | None = None
+        self._row_start = 0
         self._closer: Callable[[], Any] = lambda: None
         self._writer: Any = None
 
@@ -109,8 +113,16 @@ class CSVTracker(GeneralTracker):
         new = [key for key in values if key not in self._known]
         if new:
             self._widen(new)
+        if step is not None and step == self._row_step:
+            # The same step again (epoch values, a learning rate after the step's own values): one row per step,
+            # so the last row is rewritten with the new values added (later values win).
+            values = {**self._row, **values}
+            self._file.truncate(self._row_start)
+        else:
+            self._row_start = os.fstat(self._file.fileno()).st_size
         self._writer.writerow(["" if step is None else step, *(values.get(c, "") for c in self._columns[1:])])
         self._file.flush()  # a killed process keeps every row logged so far (the OS has it)
+        self._row, self._row_step = dict(values), step
         if step is not None:
             self._last_step = step
 
@@ -151,6 +163,10 @@ class CSVTracker(GeneralTracker):
         self._set_columns(columns + new)
         _rewrite(self.metrics_path, self._columns, rows)
         self._open()
+        if self._row_step is not None:  # the rows grew wider: find where the last one starts now
+            with open(self.metrics_path, "rb") as f:
+                data = f.read()
+            self._row_start = data.rfind(b"\n", 0, len(data) - 1) + 1
 
     def _set_columns(self, columns: list[str]) -> None:
         self._columns = columns

@@ -174,3 +174,19 @@ def test_a_tracker_dropped_without_finish_closes_its_file_quietly(tmp_path: Path
         gc.collect()
     assert handle.closed
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_one_row_per_step(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path)
+    tracker.start()
+    tracker.log({"loss": 1.0}, step=10)
+    tracker.log({"val/acc": 0.5}, step=10)  # a new column while merging: the file is widened, then merged
+    tracker.log({"lr": 0.1, "loss": 0.9}, step=10)  # a later value for the same step wins
+    tracker.log({"loss": 0.8}, step=20)
+    tracker.log({"note": 1.0})  # no step: never merged
+    tracker.log({"note": 2.0})
+    tracker.log({"lr": 0.05}, step=20)
+    tracker.finish()
+    assert _rows(Path(tracker.run_dir) / "metrics.csv") == [
+        ["step", "loss", "val/acc", "lr", "note"], ["10", "0.9", "0.5", "0.1", ""], ["20", "0.8", "", "", ""],
+        ["", "", "", "", "1.0"], ["", "", "", "", "2.0"], ["20", "", "", "0.05", ""]]
