@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,6 +50,13 @@ class TrackerHub:
         self.logging_dir = None if logging_dir is None else os.fspath(logging_dir)
         self.is_main_process = is_main_process
         self._specs, asked_for_all = _resolve(log_with)
+        if asked_for_all:
+            # "all" means the installed trackers that can run here: one that cannot (wandb without a login) is
+            # skipped with a line saying why, instead of failing the run in its start().
+            for spec in [s for s in self._specs if isinstance(s, type) and s.unavailable_reason()]:
+                self._specs.remove(spec)
+                if is_main_process:
+                    print(f"log_with='all': {spec.unavailable_reason()}", file=sys.stderr, flush=True)
         needing_dir = [s.name for s in self._specs if isinstance(s, type) and s.requires_logging_directory]
         if needing_dir and self.logging_dir is None and asked_for_all:
             # As Accelerate, "all" makes no directory check: it means the installed trackers that can run here.

@@ -100,6 +100,15 @@ class GeneralTracker:
         """The backend's run object (a ``SummaryWriter``, a wandb run, ...); ``None`` for a blank tracker."""
         return None
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this installed tracker cannot run here as configured (no login...), or ``None`` when it can.
+
+        ``log_with="all"`` skips a tracker that gives a reason, printing it; naming the tracker explicitly
+        still starts it (and its own error says what is missing). Checked without importing the backend.
+        """
+        return None
+
     def start(self) -> None:
         """Open the real run (import the backend, create files); once, after any ``load_state_dict``."""
 

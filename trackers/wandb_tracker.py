@@ -7,6 +7,35 @@ from typing import Any
 
 from trackers.base import GeneralTracker
 
+_LOCAL_MODES = ("offline", "dryrun", "disabled")
+
+
+def _logged_in() -> bool:
+    """Whether ``wandb login`` stored a key for the wandb host in the netrc file (where wandb keeps it)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _settings_mode() -> str:
+    """The ``mode`` in wandb's settings file (``wandb offline`` writes ``mode = offline`` there), or ``""``."""
+    folder = os.environ.get("WANDB_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "wandb")
+    try:
+        with open(os.path.join(folder, "settings"), encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition("=")
+                if key.strip() == "mode":
+                    return value.strip().lower()
+    except OSError:
+        pass
+    return ""
+
 
 class WandBTracker(GeneralTracker):
     """``wandb.init(project=run_name, **kwargs)``; ``run.log(values, step=step)``; ``run.finish()``.
@@ -41,6 +70,16 @@ class WandBTracker(GeneralTracker):
         self.init_kwargs = kwargs
         self._run: Any = None
         self._identity: dict[str, Any] = {}
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Online wandb needs a login; without one (and not offline) ``wandb.init`` fails asking for an API key."""
+        if os.environ.get("WANDB_MODE", "").lower() in _LOCAL_MODES or os.environ.get("WANDB_API_KEY"):
+            return None
+        if _logged_in() or _settings_mode() in _LOCAL_MODES:
+            return None
+        return ("wandb is installed but not logged in (no WANDB_API_KEY, no `wandb login`), so it is skipped: set "
+                "WANDB_MODE=offline to log offline, or run `wandb login`.")
 
     @property
     def tracker(self) -> Any:

@@ -84,7 +84,8 @@ def test_call_order_kwargs_and_normalised_values() -> None:
     assert type(tracker.calls[3][2]) is int
 
 
-def test_log_with_forms_duplicates_and_all(tmp_path: Path) -> None:
+def test_log_with_forms_duplicates_and_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")  # "all" includes wandb only where it can run
     assert TrackerHub(None, None, True).names == []
     assert TrackerHub("csv", tmp_path, True).names == ["csv"]
     instance = Recording("mine")
@@ -98,7 +99,8 @@ def test_log_with_forms_duplicates_and_all(tmp_path: Path) -> None:
     assert hub.trackers == [instance] and instance.calls[-1] == ("start", {})
 
 
-def test_validation_errors_are_eager_and_say_what_to_do() -> None:
+def test_validation_errors_are_eager_and_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")  # "all" includes wandb only where it can run
     with pytest.raises(ValueError, match=r"Unknown tracker 'tensorbord'. Known trackers: \['csv', 'tensorb"):
         TrackerHub(["csv", "tensorbord"], "/tmp", True)
     with pytest.raises(ValueError, match=r"Logging with \['csv', 'tensorboard'\] requires a logging "
@@ -205,3 +207,25 @@ def test_finish_finishes_every_tracker_even_if_one_fails() -> None:
     with pytest.raises(OSError, match="disk full"):
         hub.finish()
     assert hub.get("recording").calls[-1] == ("finish",)
+
+
+def test_all_skips_wandb_without_a_login_saying_how_to_log_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("wandb")
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb/settings
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    hub = TrackerHub("all", tmp_path, True)
+    assert "wandb" not in hub.names and "csv" in hub.names
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "wandb is installed but not logged in" in lines[0] and "WANDB_MODE=offline" in lines[0]
+    assert TrackerHub("all", tmp_path, False).names == hub.names and capsys.readouterr().err == ""  # main only
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert "wandb" in TrackerHub("all", tmp_path, True).names
+    monkeypatch.delenv("WANDB_MODE")
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password abc123\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert "wandb" in TrackerHub("all", tmp_path, True).names  # `wandb login` wrote the key there
+    assert "wandb" in TrackerHub("wandb", tmp_path, True).names  # named explicitly: never skipped
