@@ -62,6 +62,7 @@ class Checkpointer:
         # What the last resolve() chose: ckpt_path as given, and the older committed checkpoints "last" may
         # fall back to when the chosen one is damaged (decided on process 0, the same on every process).
         self._resolved: tuple[str, list[str]] = ("", [])
+        self.last_saved: str | None = None  # the newest checkpoint this trainer wrote (for interrupt messages)
         # The trainer's part of every engine checkpoint (TrainState, callbacks, trackers...): plain values only.
         self.entry = TrainerCheckpointState(self.payload)
         accelerator.register_for_checkpointing(self.entry)
@@ -133,6 +134,7 @@ class Checkpointer:
         finally:
             self.entry.pending = None
         self._last_save_position = self.position()
+        self.last_saved = folder
         return folder
 
     def payload(self) -> dict[str, Any]:
@@ -176,6 +178,11 @@ class Checkpointer:
                 getattr(callback, name)(self.owner, module, checkpoint)
         if module is not None and overrides(module, TrainModule, name):
             getattr(module, name)(checkpoint)
+
+    def newest(self) -> str | None:
+        """The newest committed checkpoint a ``ckpt_path="last"`` resume would start from (None: none yet)."""
+        found = committed_checkpoints(self.directories())
+        return found[0] if found else None
 
     def save_interrupted(self, reason: str) -> None:
         """Save the current boundary for a resume (preemption, max_time), unless it was just saved."""

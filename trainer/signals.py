@@ -6,9 +6,11 @@ write), so the handler records the signal and returns; the trainer checks the fl
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -29,6 +31,44 @@ class Preempted(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+class Interrupted(SystemExit):
+    """Raised by ``Trainer.fit`` instead of ``KeyboardInterrupt`` (Ctrl-C): one line said what to do, no traceback.
+
+    Exits with 130 (128 + SIGINT), as a shell reports a process ended by Ctrl-C; ``except Exception`` lets it
+    through, as it does ``KeyboardInterrupt``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(128 + signal.SIGINT)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def resume_hint(folder: str | None) -> str:
+    """What a stopped run leaves for the next start, and how to continue from it."""
+    if folder is None:
+        return "no checkpoint was saved yet, so running the same command again starts over."
+    return f"the newest checkpoint is {folder}; run the same command with fit(..., ckpt_path='last') to resume from it."
+
+
+@contextlib.contextmanager
+def one_line_interrupt(state: Any, newest: Callable[[], str | None], is_main_process: bool) -> Iterator[None]:
+    """Turn Ctrl-C inside the block into one line on stderr (where the run can resume from) and ``Interrupted``.
+
+    ``state`` is the trainer's ``TrainState`` (read when the interrupt comes); ``newest`` finds the checkpoint a
+    ``ckpt_path="last"`` resume would use.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        message = f"Interrupted (Ctrl-C) at epoch {state.epoch}, step {state.global_step}: {resume_hint(newest())}"
+        if is_main_process:
+            print(message, file=sys.stderr, flush=True)
+        raise Interrupted(message) from None
 
 
 def check_signals(signals: Any) -> tuple[int, ...]:

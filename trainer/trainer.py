@@ -7,6 +7,7 @@ optimizer step), so one step reads top to bottom here; each other concern is a s
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -37,7 +38,8 @@ from trainer.setup import (
     module_callbacks,
     run_scope,
 )
-from trainer.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, Preempted, PreemptionHandler
+from trainer.signals import (DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, Preempted, PreemptionHandler, one_line_interrupt,
+                             resume_hint)
 from trainer.state import TrainState
 from trainer.stepping import check_trainable, detached, loss_of
 from trainer.stop import StopController
@@ -239,7 +241,8 @@ class Trainer:
                           f"{checks.DEFAULT_MAX_EPOCHS} epochs. Pass max_epochs=N or max_steps=N (max_epochs=-1 "
                           "trains until stopped).", UserWarning, stacklevel=2)
         anomaly = torch.autograd.set_detect_anomaly(True) if config.detect_anomaly else contextlib.nullcontext()
-        with self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
+        interrupt = one_line_interrupt(self.state, self.checkpointer.newest, self.accelerator.is_main_process)
+        with interrupt, self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
             plan = self.plan
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
                            (self._manual_before_step, self._manual_after_step))
@@ -417,10 +420,11 @@ class Trainer:
             signal_name = self.stop.preemption.consume() or "a signal to another process"
             self.trackers.finish()
             state = self.state
-            raise Preempted(self.config.preemption_exit_code,
-                            f"Preempted by {signal_name} at epoch {state.epoch}, batch {state.batch_in_epoch}, step "
-                            f"{state.global_step}: the checkpoint is saved; run the same command with "
-                            "fit(..., ckpt_path='last') to continue.")
+            message = (f"Preempted by {signal_name} at epoch {state.epoch}, batch {state.batch_in_epoch}, step "
+                       f"{state.global_step}: checkpoint saved; {resume_hint(self.checkpointer.newest())}")
+            if self.accelerator.is_main_process:
+                print(message, file=sys.stderr, flush=True)  # a SystemExit with a code prints nothing itself
+            raise Preempted(self.config.preemption_exit_code, message)
 
     def _set_epoch(self) -> None:
         # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
