@@ -8,9 +8,16 @@ The data (1,797 8x8 images) ships with scikit-learn: nothing is downloaded. The 
 the two best checkpoints by validation accuracy plus the last one, stops early when the validation loss stops
 improving, logs to csv and TensorBoard, tests the best checkpoint, and draws the loss and accuracy curves.
 
-Each run gets its own folder, ``runs/digits/version_N``, marked ``COMPLETED`` when it finishes. Running the same
-command again resumes the newest run from its last checkpoint if it was interrupted (Ctrl-C, a kill, a crash),
-exactly where it stopped, or starts ``version_N+1`` if it completed.
+Each run gets its own flat folder, marked ``COMPLETED`` when it finishes::
+
+    runs/digits/version_N/
+        metrics.csv  config.json  curves.png  COMPLETED
+        tensorboard/      (event files)
+        checkpoints/      (the two best by val/acc and the last)
+
+Running the same command again resumes the newest run from its last checkpoint if it was interrupted (Ctrl-C, a
+kill, a crash), exactly where it stopped, or starts ``version_N+1`` if it completed. A run folder can be copied
+or moved: resumed from its new place (``--project-dir``), it writes only into itself.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data import DigitsCNN, digits_splits
 
 from callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from trackers import CSVTracker, TensorBoardTracker
 from trainer import Trainer, TrainModule
 
 DONE = "COMPLETED"  # written into a run folder when the run has finished: the next run starts a new folder
@@ -79,10 +87,13 @@ class DigitsClassifier(TrainModule):
 
 
 def pick_run_dir(root: Path) -> tuple[Path, bool]:
-    """The newest ``version_N`` under ``root`` if it did not complete (resume it), else a new one."""
+    """The newest ``version_N`` under ``root`` if it did not complete and has a checkpoint (resume it), else a new
+    one (a run stopped before its first checkpoint is left as it is: its logs belong to it)."""
     versions = sorted((int(p.name[8:]), p) for p in root.glob("version_*") if p.name[8:].isdigit())
-    if versions and not (versions[-1][1] / DONE).exists():
-        return versions[-1][1], True
+    if versions:
+        newest = versions[-1][1]
+        if not (newest / DONE).exists() and any((newest / "checkpoints").glob("*/manifest.json")):
+            return newest, True
     return root / f"version_{versions[-1][0] + 1 if versions else 0}", False
 
 
@@ -135,9 +146,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     checkpoint = ModelCheckpoint(monitor="val/acc", mode="max", save_top_k=2, save_last=True,
                                  filename="epoch={epoch}-step={step}-{val/acc:.4f}")
+    # A flat run folder: metrics.csv right in it, TensorBoard's events in tensorboard/, checkpoints in checkpoints/.
+    trackers = [CSVTracker("", run_dir, version=""), TensorBoardTracker("tensorboard", run_dir)]
     trainer = Trainer(
         accelerator="cpu", max_epochs=args.max_epochs, seed=0, fast_dev_run=args.fast_dev_run,
-        log_with=["csv", "tensorboard"], project_dir=str(run_dir), project_name="logs", log_every_n_steps=10,
+        log_with=trackers, project_dir=str(run_dir), project_name="digits", log_every_n_steps=10,
         callbacks=[checkpoint, EarlyStopping(monitor="val/loss", mode="min", patience=args.patience),
                    LearningRateMonitor(logging_interval="step")])
     model = DigitsClassifier(lr=args.lr)  # after the Trainer: its seed=0 makes the initial weights reproducible

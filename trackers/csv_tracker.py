@@ -17,8 +17,10 @@ from trackers.base import GeneralTracker
 class CSVTracker(GeneralTracker):
     """Write ``{logging_dir}/{run_name}/version_{N}/metrics.csv`` and ``config.json``.
 
-    Each new run takes the next free ``version_{N}`` folder, so runs sharing a project never mix rows; a
-    resumed run (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a
+    Each new run takes the next free ``version_{N}`` folder, so runs sharing a project never mix rows. As with
+    Lightning's ``CSVLogger``, ``version=N`` picks ``version_N``, a string picks that folder name, and
+    ``run_name=""`` with ``version=""`` writes straight into ``logging_dir`` (a flat run folder); a fixed folder
+    that already holds another run's ``metrics.csv`` is refused unless this run resumes it. A resumed run (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a
     ``step`` column (empty when no step was given) and one column per metric name in first-seen order. Each
     step is one row: a ``log`` call for the same step as the row before adds its values to that row. A metric
     name seen for the first time widens the file: it is rewritten once with the longer header, the earlier rows
@@ -46,11 +48,16 @@ class CSVTracker(GeneralTracker):
     name = "csv"
     requires_logging_directory = True
 
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], version: int | str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__()
         if kwargs:
-            raise TypeError(f"CSVTracker takes no options. Received: {sorted(kwargs)}.")
+            raise TypeError(f"CSVTracker takes no options but version=. Received: {sorted(kwargs)}.")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise TypeError(f"CSVTracker(version=...) takes None (the next free version_N), an int N (version_N) "
+                            f"or a folder name (\"\": none). Received: {version!r}.")
         self.run_name = run_name
+        self.version = version
         # Absolute now: a later chdir (or a resume from another working directory) cannot move the run.
         self.logging_dir = os.path.abspath(os.fspath(logging_dir))
         self.run_dir: str | None = None
@@ -81,8 +88,17 @@ class CSVTracker(GeneralTracker):
     def start(self) -> None:
         if self._file is not None:
             raise RuntimeError(f"CSVTracker {self.run_dir} is already started.")
-        if self.run_dir is None:
+        if self.run_dir is None and self.version is None:
             self.run_dir = _new_version_dir(os.path.join(self.logging_dir, self.run_name))
+        elif self.run_dir is None:
+            folder = self.version if isinstance(self.version, str) else f"version_{self.version}"
+            self.run_dir = os.path.normpath(os.path.join(self.logging_dir, self.run_name, folder))
+            if os.path.exists(self.metrics_path):  # a fixed folder is only reused by resuming its run
+                taken, self.run_dir = self.metrics_path, None
+                raise FileExistsError(f"{taken} already holds the metrics of another run, and this run does not "
+                                      "resume it (no saved tracker state): give this run its own folder (a new "
+                                      "project_dir / version), resume that run, or remove the file.")
+            os.makedirs(self.run_dir, exist_ok=True)
         else:
             os.makedirs(self.run_dir, exist_ok=True)
         if os.path.exists(self.metrics_path):

@@ -68,10 +68,14 @@ def test_digits_trains_tests_plots_and_resumes(tmp_path: Path) -> None:
     assert accuracy > 80, out
     assert (run0 / "COMPLETED").is_file()
     assert committed_checkpoints(run0 / "checkpoints"), f"no checkpoint under {run0}"
-    csv_files = list(run0.rglob("metrics.csv"))
-    assert len(csv_files) == 1 and "val/acc" in csv_files[0].read_text().splitlines()[0]
-    assert (csv_files[0].parent / "curves.png").stat().st_size > 10_000
-    assert list(run0.rglob("events.out.tfevents.*")), "no TensorBoard event file"
+    # A flat run folder: metrics.csv, tensorboard/ and checkpoints/ side by side in version_0.
+    assert list(run0.rglob("metrics.csv")) == [run0 / "metrics.csv"]
+    rows = (run0 / "metrics.csv").read_text().splitlines()
+    assert "val/acc" in rows[0]
+    steps = [row.split(",")[0] for row in rows[1:]]
+    assert len(steps) == len(set(steps)), "one csv row per step"
+    assert (run0 / "curves.png").stat().st_size > 10_000
+    assert list((run0 / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard event file"
     assert f"tensorboard --logdir {project}" in out
 
     # The same command again: the completed run is left alone and a new version starts; kill it once it has
@@ -96,7 +100,7 @@ def test_digits_trains_tests_plots_and_resumes(tmp_path: Path) -> None:
     assert f"Resumed from {run1 / 'checkpoints'}" in out  # the trainer found the killed run's checkpoint
     assert (run1 / "COMPLETED").is_file()
     assert not (project / "version_2").exists()
-    assert len(list(run1.rglob("metrics.csv"))) == 1  # the csv tracker continued the killed run's file
+    assert list(run1.rglob("metrics.csv")) == [run1 / "metrics.csv"]  # the csv tracker continued the killed run's file
 
 
 def test_digits_fast_dev_run_writes_nothing(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def test_misuse_errors(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"load_state_dict\(\) must come before start\(\)"):
         tracker.load_state_dict({"run": "proj/version_0"})
     tracker.finish()
-    with pytest.raises(TypeError, match=r"takes no options. Received: \['flush_every'\]"):
+    with pytest.raises(TypeError, match=r"takes no options but version=. Received: \['flush_every'\]"):
         CSVTracker("proj", tmp_path, flush_every=10)
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -190,3 +190,26 @@ def test_one_row_per_step(tmp_path: Path) -> None:
     assert _rows(Path(tracker.run_dir) / "metrics.csv") == [
         ["step", "loss", "val/acc", "lr", "note"], ["10", "0.9", "0.5", "0.1", ""], ["20", "0.8", "", "", ""],
         ["", "", "", "", "1.0"], ["", "", "", "", "2.0"], ["20", "", "", "0.05", ""]]
+
+
+def test_a_flat_run_folder_and_fixed_versions_are_never_shared(tmp_path: Path) -> None:
+    flat = CSVTracker("", tmp_path / "run", version="")  # Lightning's CSVLogger(save_dir, name="", version="")
+    flat.start()
+    flat.log({"loss": 1.0}, step=1)
+    saved = flat.state_dict()
+    flat.finish()
+    assert flat.metrics_path == str(tmp_path / "run" / "metrics.csv") and saved == {"run": ".", "step": 1}
+    with pytest.raises(FileExistsError, match=r"run/metrics.csv already holds the metrics of another run"):
+        CSVTracker("", tmp_path / "run", version="").start()  # a second fresh run in the same folder
+    resumed = CSVTracker("", tmp_path / "run", version="")
+    resumed.load_state_dict(saved)  # ...while resuming that run continues it
+    resumed.start()
+    resumed.log({"loss": 0.5}, step=2)
+    resumed.finish()
+    assert _rows(tmp_path / "run" / "metrics.csv") == [["step", "loss"], ["1", "1.0"], ["2", "0.5"]]
+    fixed = CSVTracker("proj", tmp_path, version=3)
+    fixed.start()
+    fixed.finish()
+    assert fixed.run_dir == str(tmp_path / "proj" / "version_3")
+    with pytest.raises(TypeError, match=r"version=\.\.\.\) takes None"):
+        CSVTracker("proj", tmp_path, version=1.5)  # type: ignore[arg-type]
