@@ -147,7 +147,7 @@ def load_config(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         values = _yaml().safe_load(handle) or {}
     if not isinstance(values, dict):
-        raise LaunchSettingError(  # noqa: TRY004 - a malformed file is a bad value, as every other error here
+        raise LaunchSettingError(
             f"{path} must hold a mapping of launch settings, got {type(values).__name__}.")
     unknown = sorted(set(values) - set(LaunchConfig.field_names()))
     if unknown:

@@ -23,9 +23,15 @@ from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
 from engine.checkpoint_state import model_name
 from engine.checksum import hash_file
-from trainer.checkpoint_format import FORMAT, VERSION, TrainerCheckpointState, check_plain, committed_checkpoints
-from trainer.fallback import load_first_intact
+from trainer.checkpoint_format import (
+    FORMAT,
+    VERSION,
+    TrainerCheckpointState,
+    check_plain,
+    committed_checkpoints,
+)
 from trainer.data import loader_length
+from trainer.fallback import load_first_intact
 from trainer.hooks import overrides
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger

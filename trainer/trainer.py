@@ -38,8 +38,14 @@ from trainer.setup import (
     module_callbacks,
     run_scope,
 )
-from trainer.signals import (DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, Preempted, PreemptionHandler, one_line_interrupt,
-                             resume_hint)
+from trainer.signals import (
+    DEFAULT_EXIT_CODE,
+    DEFAULT_SIGNALS,
+    Preempted,
+    PreemptionHandler,
+    one_line_interrupt,
+    resume_hint,
+)
 from trainer.state import TrainState
 from trainer.stepping import check_trainable, detached, loss_of
 from trainer.stop import StopController

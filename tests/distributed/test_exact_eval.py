@@ -27,7 +27,7 @@ class Stats(TrainModule):
         self.net = torch.nn.Linear(1, 1)
 
     def _log_all(self, prefix: str, batch: Any) -> None:
-        values, index = batch
+        values, _ = batch
         self.log(f"{prefix}/mean", values.mean())
         self.log(f"{prefix}/count", float(len(values)), reduce_fx="sum")
         self.log(f"{prefix}/max", values.max(), reduce_fx="max")

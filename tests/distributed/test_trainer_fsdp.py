@@ -81,7 +81,7 @@ def test_fsdp2_sigkill_then_resume_is_bitwise_exact(reference: str, tmp_path: An
     assert launch(run, "--fsdp", "--ckpt-path", "last", nproc=2) == 0
     assert resumed_from(run) == (1, 2, 4)
     assert_same_run(reference, run)
-    newest = sorted(os.listdir(os.path.join(run, "checkpoints")))[-1]
+    newest = max(os.listdir(os.path.join(run, "checkpoints")))
     assert "pytorch_model_fsdp_0" in os.listdir(os.path.join(run, "checkpoints", newest))
     assert torch.load(os.path.join(run, "final.pt")).keys() == {"net.0.weight", "net.0.bias", "net.3.weight",
                                                                  "net.3.bias"}
