@@ -26,6 +26,7 @@ from engine.checksum import hash_file
 from trainer.checkpoint_format import FORMAT, VERSION, TrainerCheckpointState, check_plain, newest_checkpoint
 from trainer.data import loader_length
 from trainer.hooks import overrides
+from trainer.hparams_io import encode_hparams
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger
 from trainer.module import TrainModule
@@ -138,9 +139,12 @@ class Checkpointer:
         metrics = {name: value.detach().cpu() if isinstance(value, torch.Tensor) else value
                    for name, value in self.metrics.callback_metrics.items()
                    if isinstance(value, (torch.Tensor, int, float))}
+        # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
+        hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
+                   "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
         return {"format": FORMAT, "version": VERSION, "trainer": self.state_dict(),
                 "trackers": self.accelerator.tracker_state_dict(), "checkpoint": extra,
-                "callback_metrics": metrics, "prepared": list(self.plan.prepared)}
+                "callback_metrics": metrics, "prepared": list(self.plan.prepared), "hyper_parameters": hparams}
 
     def state_dict(self) -> dict[str, Any]:
         """``TrainState``, every callback's state (by ``state_key``), the data module's state."""
