@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -323,12 +324,45 @@ class StepRouter(torch.nn.Module):
         self.module = module
         # A plain attribute too: nn.Module.__getattr__ (a child's lookup) costs ~0.5 us on every step.
         object.__setattr__(self, "_target", module)
+        object.__setattr__(self, "_steps", {})
 
     def forward(self, step: str, *args: Any) -> Any:
-        return getattr(self._target, step)(*args)
+        fn = self._steps.get(step)
+        if fn is None:
+            fn = self._steps[step] = step_function(self._target, step)
+        return fn(*args)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return self.module.state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def step_function(module: TrainModule, name: str) -> Callable[..., Any]:
+    """``module.<name>`` called with as many of ``(batch, batch_idx, dataloader_idx)`` as its signature takes.
+
+    Lightning inspects the step's signature, so ``def training_step(self, batch)`` works; the check is done once
+    here, and a step taking every argument is returned as it is (no wrapper on the hot path).
+
+    Example:
+        >>> class M(TrainModule):
+        ...     def training_step(self, batch):
+        ...         return batch * 2
+        >>> step_function(M(), "training_step")(3, 0)
+        6
+    """
+    fn = getattr(module, name)
+    taken = 0
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return fn
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            taken += 1
+    if taken >= 3:
+        return fn
+
+    def call(*args: Any) -> Any:
+        return fn(*args[:taken])
+
+    return call

@@ -23,7 +23,7 @@ from trainer.data import limit_batches, loader_length, resolve_loaders, without_
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
-from trainer.module import StepRouter, TrainModule
+from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -173,7 +173,8 @@ class RunPlan:
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
         bare = self.model is router and type(router) is StepRouter and "forward" not in vars(router) and not (
             router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
-        self.training_step = module.training_step if bare else functools.partial(self.model, "training_step")
+        self.training_step = (step_function(module, "training_step") if bare
+                              else functools.partial(self.model, "training_step"))
 
     # -- cadence ----------------------------------------------------------------------------------------------
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:
