@@ -13,7 +13,7 @@ import torch
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
-from trainer.metrics import ReduceFx
+from trainer.metrics import ReduceFx, metric_collection_items
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -132,7 +132,9 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
         Args:
             name: the metric name (``"train/loss"``).
-            value: a number or a one-element tensor (kept as a detached tensor: no device sync here).
+            value: a number, a one-element tensor (kept as a detached tensor: no device sync here), or a
+                torchmetrics ``Metric``: its last ``forward`` value per step, ``compute()`` at the epoch end, then
+                ``reset()``; it syncs its own state across processes (``sync_dist`` is not applied to it).
             prog_bar: show it in the progress bar.
             logger: send it to the trackers.
             on_step: keep the per-step value (default: True in training batches, False elsewhere).
@@ -157,11 +159,14 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         trainer.metric_logger.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
                              enable_graph, add_dataloader_idx)
 
-    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool = True,
+    def log_dict(self, dictionary: Mapping[str, Any] | Any, prog_bar: bool = False, logger: bool = True,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean",
                  enable_graph: bool = False, sync_dist: bool = False, add_dataloader_idx: bool = True,
                  batch_size: int | None = None, rank_zero_only: bool = False) -> None:
-        """``self.log`` for every item of ``dictionary``, with the same options."""
+        """``self.log`` for every item of ``dictionary`` (a dict, or a torchmetrics ``MetricCollection``)."""
+        collection = metric_collection_items(dictionary)
+        if collection is not None:
+            dictionary = collection
         if not isinstance(dictionary, Mapping):
             raise TypeError(f"log_dict takes a dict of name -> value. Received: {type(dictionary).__name__}.")
         for name, value in dictionary.items():
