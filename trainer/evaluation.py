@@ -14,21 +14,30 @@ from trainer.plan import RunPlan, batches
 from trainer.predict import gather_step
 from trainer.state import TrainState
 from trainer.tracking import TrackerLink
+from trainer.utilities.seed import isolate_rng
 
 
 class EvaluationLoop:
     """Runs evaluation passes over the plan's loaders; the run's ``HookTable`` is passed to each call."""
 
     def __init__(self, accelerator: Accelerator, state: TrainState, plan: RunPlan, metrics: MetricLogger,
-                 trackers: TrackerLink) -> None:
+                 trackers: TrackerLink, inference_mode: bool = True) -> None:
         self.accelerator = accelerator
         self.state = state
         self.plan = plan
         self.metrics = metrics
         self.trackers = trackers
+        # Lightning's Trainer(inference_mode=True): evaluation runs under torch.inference_mode (else no_grad).
+        self.grad_off = torch.inference_mode if inference_mode else torch.no_grad
 
     def run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         """One validation or test run (or the sanity check): every loader's batches, then the epoch metrics."""
+        if stage == "sanity_check":
+            with isolate_rng():  # as Lightning: the sanity check leaves the training's random streams untouched
+                return self._run(stage, hooks)
+        return self._run(stage, hooks)
+
+    def _run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         metrics, plan, model = self.metrics, self.plan, self.plan.model
         assert model is not None
         x = "test" if stage == "test" else "validation"
@@ -45,7 +54,7 @@ class EvaluationLoop:
         step, batch_start, batch_end = f"{x}_step", f"on_{x}_batch_start", f"on_{x}_batch_end"
         hooks.call(f"on_{x}_start")
         hooks.call(f"on_{x}_epoch_start")
-        with torch.no_grad():
+        with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
                 for batch_idx, batch in batches(loader, count):
@@ -83,7 +92,7 @@ class EvaluationLoop:
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
-        with torch.no_grad():
+        with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 for batch_idx, batch in batches(loader, count):
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)

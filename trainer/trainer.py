@@ -22,6 +22,8 @@ from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationLoop, print_results
 from trainer.hooks import HookTable
+from trainer.lightning_keywords import LIGHTNING, accepts_model, launch_and_exit
+from trainer.lightning_keywords import resolve as resolve_lightning
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
@@ -86,6 +88,8 @@ class Trainer:
             a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
             finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
             ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
+        strategy / devices / num_nodes / logger / default_root_dir / benchmark / inference_mode / barebones / ...:
+            Lightning's keywords; each works or fails at construction (see ``trainer.lightning_keywords``).
 
     Parts, one job each (``trainer.py`` keeps the loop and the step body): ``config`` (the validated keywords),
     ``plan`` (prepared loaders, batch counts, validation cadence, optimisation mode), ``stop`` (the agreed stop,
@@ -164,6 +168,10 @@ class Trainer:
     is_global_zero = PartField("accelerator", "is_main_process")
     log_dir = PartField("accelerator", "logging_dir")
     checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
+    model = PartField("attached", "module")  # Lightning's trainer.model (Ember: the module, never a wrapper)
+    lightning_module = PartField("attached", "module")
+    logger = PartField("lightning", "logger")  # the first of `loggers` (None without one)
+    loggers = PartField("lightning", "logger_views")  # Lightning-style views of the running trackers
     default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
     sanity_checking = StageFlag("sanity_check")
     training = StageFlag("train")  # False during fit's validation
@@ -186,7 +194,14 @@ class Trainer:
                  callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = UNSET,
                  project_dir: str | None = UNSET, project_name: str = "ember", seed: int | None = None,
                  deterministic: bool = False, detect_anomaly: bool = False, on_nonfinite_loss: str = "raise",
-                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE) -> None:
+                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE,
+                 strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1, logger: Any = None,
+                 default_root_dir: str | None = None, benchmark: bool | None = None, inference_mode: bool = True,
+                 use_distributed_sampler: bool = True, profiler: Any = None, barebones: bool = False,
+                 plugins: Any = None, sync_batchnorm: bool = False, reload_dataloaders_every_n_epochs: int = 0,
+                 enable_autolog_hparams: bool = True, model_registry: str | None = None) -> None:
+        self.lightning = lightning = resolve_lightning({k: v for k, v in locals().items() if k in LIGHTNING}, UNSET)
+        enable_checkpointing, enable_progress_bar, enable_model_summary, num_sanity_val_steps = lightning.switches
         self.config = TrainerConfig.from_keywords(
             max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps, min_steps=min_steps,
             max_time=max_time, accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
@@ -200,27 +215,32 @@ class Trainer:
             preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
             project_name=project_name)
         config = self.config
-        self.accelerator = acc = build_accelerator(accelerator, config.precision, log_with, project_dir,
-                                                   config.fast_dev_run)
+        if lightning.processes > 1:  # a plain `python train.py` with devices > 1: run it again in N processes
+            launch_and_exit(lightning.processes, lightning.cpu, config.precision, lightning.strategy_kind == "fsdp")
+        self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
         if seed is not None:
             set_seed(seed, deterministic=deterministic)
         elif deterministic:
             torch.use_deterministic_algorithms(True)
-        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary))
+        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary,
+                                                 lightning.default_checkpoint(config, callbacks, acc)))
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
         self.plan = RunPlan(acc)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
-        self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run)
+        self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
+                                    autolog=lightning.autolog_hparams)
         self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
-        self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers)
+        self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers,
+                                         lightning.inference_mode)
         self.checkpointer = Checkpointer(acc, self.state, self.plan, self.metric_logger, self.stop, self.loss_check,
                                          self.trackers, self.attached, self)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self._world = acc.num_processes
 
     # -- fit ----------------------------------------------------------------------------------------------------
+    @accepts_model
     def fit(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: DataModule | None = None, ckpt_path: str | None = None) -> None:
         """Train ``module`` on ``train_dataloaders`` (or ``datamodule``, or its own ``train_dataloader()``).
@@ -241,6 +261,7 @@ class Trainer:
         anomaly = torch.autograd.set_detect_anomaly(True) if config.detect_anomaly else contextlib.nullcontext()
         with self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
             plan = self.plan
+            self.lightning.convert_module(module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
                            (self._manual_before_step, self._manual_after_step))
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
@@ -429,6 +450,7 @@ class Trainer:
             set_epoch(self.state.epoch)
 
     # -- validate / test / predict ------------------------------------------------------------------------------
+    @accepts_model
     def validate(self, module: TrainModule | None = None, dataloaders: Any = None,
                  datamodule: DataModule | None = None, ckpt_path: str | None = None,
                  verbose: bool = True) -> list[dict[str, float]]:
@@ -438,11 +460,13 @@ class Trainer:
         """
         return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
 
+    @accepts_model
     def test(self, module: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
              ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
         """Run the test loop once; returns the epoch metrics, one dict per loader."""
         return self._evaluate_entry("test", module, dataloaders, datamodule, ckpt_path, verbose)
 
+    @accepts_model
     def predict(self, module: TrainModule | None = None, dataloaders: Any = None,
                 datamodule: DataModule | None = None, return_predictions: bool | None = None,
                 ckpt_path: str | None = None) -> list[Any] | None:
@@ -550,11 +574,6 @@ class Trainer:
         self.checkpointer.load_state_dict(state_dict)
 
     # -- Lightning's read-only views ------------------------------------------------------------------------------
-    @property
-    def lightning_module(self) -> TrainModule | None:
-        """The module being (or last) run; Lightning's name for ``trainer.module``."""
-        return self.module
-
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The ``prog_bar=True`` metrics as Python numbers (reading it syncs the device once)."""

@@ -113,7 +113,8 @@ def main() -> None:
         callbacks.append(ModelCheckpoint(every_n_train_steps=1, save_last=True))
     trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0, deterministic=True,
                       log_with="csv", project_dir=args.dir, log_every_n_steps=2, callbacks=callbacks,
-                      enable_progress_bar=False, enable_model_summary=False, preemption_exit_code=args.exit_code)
+                      enable_progress_bar=False, enable_model_summary=False, preemption_exit_code=args.exit_code,
+                      enable_checkpointing=not args.no_step_checkpoints)
     model = Net()
     loader = DataLoader(Noisy(44, seed=1), batch_size=4, shuffle=True, num_workers=2,
                         multiprocessing_context="fork")

@@ -197,3 +197,23 @@ class LoggerTracker(GeneralTracker):
     def finish(self) -> None:
         self.logger.save()
         self.logger.finalize("success")
+
+
+class TrackerLogger(Logger):
+    """A Lightning-style view of a tracker the engine runs (``trainer.loggers`` for ``log_with=`` trackers)."""
+
+    def __init__(self, tracker: GeneralTracker) -> None:
+        super().__init__()
+        self._tracker = tracker
+
+    @property
+    def name(self) -> str | None:
+        return getattr(self._tracker, "run_name", None)
+
+    @property
+    def log_dir(self) -> str | None:
+        return getattr(self._tracker, "run_dir", None) or getattr(self._tracker, "log_dir", None)
+
+    @property
+    def save_dir(self) -> str | None:
+        return getattr(self._tracker, "logging_dir", None)

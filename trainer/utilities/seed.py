@@ -9,9 +9,11 @@ derives each worker's seeds from (base seed, worker id, global rank) exactly as 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -112,6 +114,30 @@ def _seed_sequence(base_seed: int, worker_id: int, global_rank: int, count: int)
         combined = (combined * 6364136223846793005 + 1) & mask  # Knuth's MMIX constants
         seeds.append(combined)
     return seeds
+
+
+@contextlib.contextmanager
+def isolate_rng(include_cuda: bool = True) -> Iterator[None]:
+    """Restore the python / numpy / torch (and CUDA) random states on exit, as Lightning's ``isolate_rng``.
+
+    Example:
+        >>> _ = torch.manual_seed(0); first = torch.rand(1)
+        >>> _ = torch.manual_seed(0)
+        >>> with isolate_rng():
+        ...     _ = torch.rand(3)
+        >>> torch.equal(torch.rand(1), first)
+        True
+    """
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+              torch.cuda.get_rng_state_all() if include_cuda and torch.cuda.is_available() else None)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])
 
 
 def attach_worker_init(loader: Any, rank: int) -> Any:
