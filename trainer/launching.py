@@ -110,6 +110,10 @@ def launch_and_exit(processes: int, cpu: bool, precision: str | None, fsdp: bool
     from engine.launch import launch
     from engine.launch_config import LaunchConfig
 
+    if "PYTEST_CURRENT_TEST" in os.environ:
+        raise RuntimeError(f"Trainer(devices={processes}) from a single process would run the test runner again in "
+                           f"{processes} processes: run the training script in a subprocess, or use the "
+                           "run_distributed test helper.")
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     script_file = getattr(main, "__file__", None)

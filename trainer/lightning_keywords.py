@@ -157,10 +157,14 @@ def _resolve(*, accelerator: Any, devices: Any, num_nodes: Any, logger: Any, log
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
                          "always shards each loader across the processes (every sample seen once, promise 8). "
                          "Leave it True, and shard the dataset yourself only for a custom IterableDataset.")
+    cpu = accelerator == "cpu" or not torch.cuda.is_available()
+    if sync_batchnorm and cpu and max(_world_size(), processes) > 1:
+        raise ValueError("Trainer(sync_batchnorm=True) on the CPU with several processes cannot work: torch's "
+                         "SyncBatchNorm runs on GPUs only. Leave sync_batchnorm=False on the CPU (each process then "
+                         "normalises with its own batch statistics).")
     # None is Lightning's "default" for these (True, True, True, 2).
     switches = tuple(overrides.get(name, (True if name != "num_sanity_val_steps" else 2) if given[name] is None
                                    else given[name]) for name in _SWITCHES)
-    cpu = accelerator == "cpu" or not torch.cuda.is_available()
     return LightningChoices(log_with=log_with, project_dir=project_dir, switches=switches,  # type: ignore[arg-type]
                             loggers=loggers, accelerator_kwargs=accelerator_kwargs, strategy_kind=kind,
                             processes=processes, cpu=cpu, inference_mode=inference_mode,

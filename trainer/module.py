@@ -102,6 +102,18 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
 
     @property
+    def logger(self) -> Any:
+        """``trainer.logger``: the first Lightning-style logger of the run (``None`` without one or a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """``trainer.loggers``: every Lightning-style logger of the run (``[]`` without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.loggers if trainer is not None else []
+
+    @property
     def global_step(self) -> int:
         """Optimizer steps taken so far (0 without a trainer)."""
         trainer = self._attached_trainer()

@@ -24,6 +24,7 @@ from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
 from trainer.module import StepRouter, TrainModule, step_function
+from trainer.utilities.seed import attach_worker_init
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -81,7 +82,8 @@ class RunPlan:
             val = []
         if config.overfit_batches:
             train = [without_shuffle(train[0])]
-        self.train_loader = self.accelerator.prepare(train[0])
+        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
+        self.train_loader = self.accelerator.prepare(attach_worker_init(train[0], self.accelerator.process_index))
         self.prepared.append("train loader")
         self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
                                                   "limit_train_batches")
