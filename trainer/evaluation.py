@@ -45,6 +45,8 @@ class EvaluationLoop:
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,
                   "sanity_check": plan.num_sanity_val_batches}[stage]
         previous, was_training = self.state.stage, model.training
+        if previous == "idle":  # a validate() / test() call: its results replace the last run's (Lightning)
+            metrics.clear_results()
         self.state.stage = stage
         metrics.set_stage(stage)
         if stage == "sanity_check":
@@ -117,6 +119,7 @@ class EvaluationLoop:
         results.update(metrics.end_epoch())
         hooks.call_callbacks(hook)
         results.update(metrics.end_epoch())
+        metrics.reset_metric_objects()  # torchmetrics Metrics: reset after every epoch-end hook could read them
         if log:
             self.trackers.log(metrics.epoch_values(results))
         return results

@@ -198,7 +198,8 @@ class MetricLogger:
 
     def _log_metric_object(self, record: _Metric, metric: Any, enable_graph: bool) -> None:
         """A torchmetrics ``Metric``, as in Lightning: the value of its last ``forward`` per step, ``compute()`` at
-        the epoch end (then ``reset()``); the Metric syncs its own state, so ``sync_dist`` is not applied again."""
+        the epoch end (``reset()`` after the epoch-end hooks); the Metric syncs its own state, so ``sync_dist`` is
+        not applied again."""
         if record.sync_dist and record.metric is None:
             warnings.warn(f"self.log({record.name!r}, <{type(metric).__name__}>, sync_dist=True): a torchmetrics "
                           "Metric syncs its own state across processes in compute(), so sync_dist is not applied "
@@ -286,9 +287,8 @@ class MetricLogger:
 
     def _compute(self, record: _Metric) -> torch.Tensor:
         if record.metric is not None:
-            value = _as_scalar(record.name, record.metric.compute(), False)
-            record.metric.reset()
-            return value
+            # Reset later (reset_metric_objects), as in Lightning: epoch-end hooks may still read the Metric.
+            return _as_scalar(record.name, record.metric.compute(), False)
         if record.reduce == "custom":
             assert record.reduce_fn is not None
             values = _stack(record.values).float()
@@ -330,6 +330,16 @@ class MetricLogger:
                   if record.logger and record.epoch_key in results}
         self.logged_metrics.update(values)
         return values
+
+    def reset_metric_objects(self) -> None:
+        """Reset the current stage's torchmetrics Metrics once the epoch's end hooks have run."""
+        for record in self._records.values():
+            if record.metric is not None:
+                record.metric.reset()
+
+    def clear_results(self) -> None:
+        """Forget the public results (``callback_metrics`` & co.): a new ``validate`` / ``test`` run starts."""
+        self.callback_metrics, self.progress_bar_metrics, self.logged_metrics = {}, {}, {}
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Copies of the public dicts (the sanity check restores them, so its values never reach callbacks)."""

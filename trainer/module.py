@@ -102,6 +102,18 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
 
     @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.global_rank if trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
     def logger(self) -> Any:
         """``trainer.logger``: the first Lightning-style logger of the run (``None`` without one or a trainer)."""
         trainer = self._attached_trainer()
