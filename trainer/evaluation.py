@@ -108,17 +108,22 @@ class EvaluationLoop:
         return results
 
     def epoch_end(self, hook: str, hooks: HookTable, log: bool = True) -> dict[str, Any]:
-        """Epoch metrics, the module's epoch-end hook, the callbacks' one, then the trackers.
+        """Epoch metrics, then Lightning 2.6's order: the callbacks' epoch-end hook, then the module's (at the
+        training epoch's end: other callbacks, the module, then ModelCheckpoint / EarlyStopping); the trackers.
 
-        The metrics are computed before each of the two hooks (only what was logged since, the second time), so
-        the module and the callbacks both read up-to-date values in ``trainer.callback_metrics``.
+        The metrics are computed before each hook call (only what was logged since, after the first), so every
+        hook reads up-to-date values in ``trainer.callback_metrics``.
         """
         metrics = self.metrics
         results = metrics.end_epoch()
+        training = hook == "on_train_epoch_end"
+        hooks.call_callbacks(hook, monitoring=False if training else None)
+        results.update(metrics.end_epoch())
         hooks.call_module(hook)
         results.update(metrics.end_epoch())
-        hooks.call_callbacks(hook)
-        results.update(metrics.end_epoch())
+        if training:
+            hooks.call_callbacks(hook, monitoring=True)
+            results.update(metrics.end_epoch())
         metrics.reset_metric_objects()  # torchmetrics Metrics: reset after every epoch-end hook could read them
         if log:
             self.trackers.log(metrics.epoch_values(results))
