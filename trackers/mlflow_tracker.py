@@ -78,7 +78,7 @@ class MLflowTracker(GeneralTracker):
         if uri.startswith("file:") or "://" not in uri:
             # mlflow >= 3 gates file stores behind this opt-in; a local store is what was asked for.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            os.makedirs(uri[len("file:"):] if uri.startswith("file:") else uri, exist_ok=True)
+            os.makedirs(uri.removeprefix("file:"), exist_ok=True)
         from mlflow.tracking import MlflowClient  # lazy: mlflow is heavy and optional
 
         client = MlflowClient(tracking_uri=uri)

@@ -69,7 +69,7 @@ def decode_hparams(encoded: dict[str, Any], overrides: dict[str, Any], unpickle:
                                  "data, so it was stored pickled, and unpickling can run code stored in the file. "
                                  f"Pass it again (load_from_checkpoint(path, {key}=...)), or, if you trust this "
                                  "checkpoint, pass weights_only=False.")
-            value = pickle.loads(value["pickle"].numpy().tobytes())  # noqa: S301 - the caller opted in
+            value = pickle.loads(value["pickle"].numpy().tobytes())
         decoded[key] = value
     decoded.update(overrides)
     return decoded

@@ -92,6 +92,11 @@ class LightningChoices:
             log_dir = broadcast_object_list([log_dir])[0]  # the version folder rank 0 picked
         return ModelCheckpoint(dirpath=None if log_dir is None else os.path.join(log_dir, "checkpoints"))
 
+    def launch_if_asked(self, precision: str | None) -> None:
+        """With ``devices > 1`` in a plain process: run the script in that many workers and exit (never returns)."""
+        if self.processes > 1:
+            launch_and_exit(self.processes, self.cpu, precision, self.strategy_kind == "fsdp")
+
     def convert_module(self, module: torch.nn.Module, world_size: int) -> None:
         """``sync_batchnorm``: BatchNorm layers become ``SyncBatchNorm`` (in place) when several processes train."""
         if self.sync_batchnorm and world_size > 1:

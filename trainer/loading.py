@@ -115,7 +115,7 @@ def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         loaded = yaml.safe_load(f) or {}
     if not isinstance(loaded, dict):
-        raise ValueError(f"{os.fspath(path)} must hold a mapping of hyper-parameter name -> value.")
+        raise TypeError(f"{os.fspath(path)} must hold a mapping of hyper-parameter name -> value.")
     return loaded
 
 

@@ -24,8 +24,8 @@ from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
 from trainer.module import StepRouter, TrainModule, step_function
-from trainer.utilities.seed import attach_worker_init
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+from trainer.utilities.seed import attach_worker_init
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}

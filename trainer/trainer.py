@@ -22,7 +22,7 @@ from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationLoop, print_results
 from trainer.hooks import HookTable
-from trainer.lightning_keywords import LIGHTNING, accepts_model, launch_and_exit
+from trainer.lightning_keywords import LIGHTNING, accepts_model
 from trainer.lightning_keywords import resolve as resolve_lightning
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
@@ -168,8 +168,7 @@ class Trainer:
     is_global_zero = PartField("accelerator", "is_main_process")
     log_dir = PartField("accelerator", "logging_dir")
     checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
-    model = PartField("attached", "module")  # Lightning's trainer.model (Ember: the module, never a wrapper)
-    lightning_module = PartField("attached", "module")
+    model = lightning_module = PartField("attached", "module")  # Lightning's names: the module, never a wrapper
     logger = PartField("lightning", "logger")  # the first of `loggers` (None without one)
     loggers = PartField("lightning", "logger_views")  # Lightning-style views of the running trackers
     default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
@@ -215,8 +214,7 @@ class Trainer:
             preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
             project_name=project_name)
         config = self.config
-        if lightning.processes > 1:  # a plain `python train.py` with devices > 1: run it again in N processes
-            launch_and_exit(lightning.processes, lightning.cpu, config.precision, lightning.strategy_kind == "fsdp")
+        lightning.launch_if_asked(config.precision)  # `python train.py` with devices > 1: run it in N processes
         self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
         if seed is not None:
             set_seed(seed, deterministic=deterministic)

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as pl
-from trainer.loggers import CSVLogger, TensorBoardLogger
 from tests.lightning_corpus.common import weights_summary
+from trainer.loggers import CSVLogger, TensorBoardLogger
 
 
 class Regressor(pl.LightningModule):

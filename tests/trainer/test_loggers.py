@@ -15,7 +15,15 @@ from engine.tracking import TrackerHub
 from tests.trackers.test_comet_tracker import QUIET, _messages, _metrics, comet_env  # noqa: F401 - fixture
 from tests.trackers.test_wandb_tracker import wandb_offline  # noqa: F401 - fixture
 from tests.trackers.wandb_reader import find_run_files, read_run
-from trainer.loggers import CometLogger, CSVLogger, DummyExperiment, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
+from trainer.loggers import (
+    CometLogger,
+    CSVLogger,
+    DummyExperiment,
+    Logger,
+    MLFlowLogger,
+    TensorBoardLogger,
+    WandbLogger,
+)
 from trainer.utilities import rank_zero_only
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, Union
+from typing import Any, TypedDict
 
 from torch import Tensor
 from torch.optim import Optimizer
@@ -11,11 +11,11 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from trainer.optim import SchedulerConfig
 
-STEP_OUTPUT = Union[Tensor, Mapping[str, Any], None]
+STEP_OUTPUT = Tensor | Mapping[str, Any] | None
 """What a ``*_step`` returns: the loss, a dict with a ``"loss"`` key, or ``None``."""
 TRAIN_DATALOADERS = Any
 EVAL_DATALOADERS = Any
-LRSchedulerTypeUnion = Union[LRScheduler, ReduceLROnPlateau]
+LRSchedulerTypeUnion = LRScheduler | ReduceLROnPlateau
 LRSchedulerPLType = LRSchedulerTypeUnion
 LRSchedulerTypeTuple = (LRScheduler, ReduceLROnPlateau)
 LRSchedulerConfig = SchedulerConfig
@@ -41,16 +41,20 @@ class OptimizerLRSchedulerConfig(TypedDict, total=False):
     monitor: str
 
 
-OptimizerLRScheduler = Union[
-    Optimizer,
-    Sequence[Optimizer],
-    tuple[Sequence[Optimizer], Sequence[Union[LRSchedulerTypeUnion, LRSchedulerConfig]]],
-    OptimizerLRSchedulerConfig,
-    Sequence[OptimizerLRSchedulerConfig],
-    None,
-]
+OptimizerLRScheduler = (Optimizer | Sequence[Optimizer]
+                        | tuple[Sequence[Optimizer], Sequence[LRSchedulerTypeUnion | LRSchedulerConfig]]
+                        | OptimizerLRSchedulerConfig | Sequence[OptimizerLRSchedulerConfig] | None)
 """Every form ``configure_optimizers`` may return."""
 
-__all__ = ["EVAL_DATALOADERS", "LRSchedulerConfig", "LRSchedulerConfigType", "LRSchedulerPLType",
-           "LRSchedulerTypeTuple", "LRSchedulerTypeUnion", "OptimizerLRScheduler", "OptimizerLRSchedulerConfig",
-           "STEP_OUTPUT", "TRAIN_DATALOADERS"]
+__all__ = [
+    "EVAL_DATALOADERS",
+    "STEP_OUTPUT",
+    "TRAIN_DATALOADERS",
+    "LRSchedulerConfig",
+    "LRSchedulerConfigType",
+    "LRSchedulerPLType",
+    "LRSchedulerTypeTuple",
+    "LRSchedulerTypeUnion",
+    "OptimizerLRScheduler",
+    "OptimizerLRSchedulerConfig",
+]
