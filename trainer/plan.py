@@ -101,7 +101,7 @@ class RunPlan:
         self.prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
         self.scheduler_configs = configs  # the user's schedulers: stepped once per step on every process
         before, after = manual_hooks
-        self.module_optimizers = ([ManualOptimizer(o, before, after) for o in self.optimizers] if manual
+        self.module_optimizers = ([ManualOptimizer(o, before, after, module) for o in self.optimizers] if manual
                                   else list(self.optimizers))
         self.automatic = not manual
         self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")

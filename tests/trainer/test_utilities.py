@@ -140,3 +140,33 @@ def test_lightning_names_have_homes() -> None:
     with pytest.raises(TypeError, match="Received: int"):
         LightningOptimizer(3)  # type: ignore[arg-type]
     assert STEP_OUTPUT is not None and OptimizerLRScheduler is not None
+
+
+def test_manual_optimizers_are_lightning_optimizers_with_toggle_model() -> None:
+    from tests.trainer.helpers import QUIET, Regressor, data
+    from trainer import Trainer
+    from trainer.core import LightningOptimizer
+
+    class Manual(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.other = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            opt = self.optimizers()
+            assert isinstance(opt, LightningOptimizer)
+            with opt.toggle_model():
+                self.frozen = self.other.weight.requires_grad
+                x, y = batch
+                self.manual_backward(torch.nn.functional.mse_loss(self.net(x), y))
+                opt.step()
+                opt.zero_grad()
+            self.restored = self.other.weight.requires_grad
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    module = Manual()
+    Trainer(**QUIET, max_epochs=1, limit_train_batches=1).fit(module, data())
+    assert (module.frozen, module.restored) == (False, True)
