@@ -20,8 +20,9 @@ class MLflowTracker(GeneralTracker):
     Where: ``tracking_uri=`` if given, else ``MLFLOW_TRACKING_URI``, else a file store at
     ``{logging_dir}/mlruns`` (``./mlruns`` without a logging directory), so a run folder holds its own MLflow
     data. mlflow >= 3 refuses file stores unless ``MLFLOW_ALLOW_FILE_STORE=true``; for a local file store this
-    tracker sets that variable (unless you set it), since a store inside the run folder is the point. Numbers are metrics (``log_batch``, 100 per call), strings are run tags, the configuration is run
-    params (flattened to ``a/b`` keys, values as ``str``). ``finish()`` marks the run ``FINISHED``.
+    tracker sets that variable (unless you set it), since a store inside the run folder is the point. Numbers
+    are metrics (``log_batch``, 100 per call), strings are run tags, the configuration is run params (flattened
+    to ``a/b`` keys, values as ``str``). ``finish()`` marks the run ``FINISHED``.
 
     Run identity is the run id: a resumed run (``load_state_dict`` before ``start``) reopens the same run and
     marks it ``RUNNING`` again. MLflow keeps every value logged for a step, so points a killed run logged after

@@ -81,11 +81,11 @@ def parse_devices(devices: Any, accelerator: Any) -> int | None:
 def processes_to_start(devices: int | None, num_nodes: Any) -> int:
     """How many processes this plain process must start (1: none), after checking a launcher's environment
     against ``devices`` / ``num_nodes``."""
-    from engine.state import _read_launch_environment
+    from engine.environment import read_launch
 
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ValueError(f"Trainer(num_nodes=...) must be an int >= 1. Received: {num_nodes!r}.")
-    launch = _read_launch_environment()
+    launch = read_launch(os.environ)
     if launch.launched:
         if devices is not None and devices != launch.local_world_size:
             raise ValueError(f"This process was launched with {launch.local_world_size} process(es) on this node "
@@ -95,8 +95,9 @@ def processes_to_start(devices: int | None, num_nodes: Any) -> int:
         if num_nodes * launch.local_world_size != launch.world_size:
             raise ValueError(f"Trainer(num_nodes={num_nodes}) with {launch.local_world_size} process(es) per node "
                              f"makes {num_nodes * launch.local_world_size}, but the launch started "
-                             f"WORLD_SIZE={launch.world_size}: pass num_nodes={launch.world_size // max(1, launch.local_world_size)} "
-                             "or launch with --nnodes matching num_nodes.")
+                             f"WORLD_SIZE={launch.world_size}: pass num_nodes="
+                             f"{launch.world_size // max(1, launch.local_world_size)} or launch with --nnodes "
+                             "matching num_nodes.")
         return 1
     if num_nodes > 1:
         raise ValueError(f"Trainer(num_nodes={num_nodes}) needs one launch per machine: run `ember launch --nnodes "

@@ -34,7 +34,7 @@ from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import TrackerLogger
 from trainer.strategies import resolve_strategy
 
-__all__ = ["LIGHTNING", "LightningChoices", "accepts_model", "launch_and_exit", "resolve"]
+__all__ = ["LIGHTNING", "LightningChoices", "accepts_model", "launch_and_exit", "resolve_lightning"]
 
 # The Trainer keywords resolved here (``Trainer.__init__`` passes exactly these).
 LIGHTNING = ("accelerator", "strategy", "devices", "num_nodes", "logger", "log_with", "default_root_dir",
@@ -121,7 +121,7 @@ def accepts_model(method: F) -> F:
 _SWITCHES = ("enable_checkpointing", "enable_progress_bar", "enable_model_summary", "num_sanity_val_steps")
 
 
-def resolve(keywords: dict[str, Any], unset: Any) -> LightningChoices:
+def resolve_lightning(keywords: dict[str, Any], unset: Any) -> LightningChoices:
     """Check the Trainer keywords named in ``LIGHTNING`` and decide what Ember does for each."""
     missing = [name for name in LIGHTNING if name not in keywords]
     assert not missing, missing  # the Trainer passes every one of them
@@ -258,6 +258,6 @@ def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[
 
 
 def _world_size() -> int:
-    from engine.state import _read_launch_environment
+    from engine.environment import read_launch
 
-    return _read_launch_environment().world_size
+    return read_launch(os.environ).world_size

@@ -42,6 +42,7 @@ def build_accelerator(accelerator: Any, precision: str | None, lightning: Any, f
     ``lightning`` (``trainer.lightning_keywords.LightningChoices``) gives the trackers, the project folder and
     the strategy's engine settings.
     """
+    lightning.launch_if_asked(precision)  # `python train.py` with devices > 1: run it in N processes, exit
     log_with, project_dir, extra = lightning.log_with, lightning.project_dir, lightning.accelerator_kwargs
     if isinstance(accelerator, Accelerator):
         given = {k: v for k, v in (("log_with", log_with), ("project_dir", project_dir)) if v is not UNSET}

@@ -22,8 +22,7 @@ from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationLoop, print_results
 from trainer.hooks import HookTable
-from trainer.lightning_keywords import LIGHTNING, accepts_model
-from trainer.lightning_keywords import resolve as resolve_lightning
+from trainer.lightning_keywords import LIGHTNING, accepts_model, resolve_lightning
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
@@ -88,8 +87,7 @@ class Trainer:
             a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
             finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
             ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
-        strategy / devices / num_nodes / logger / default_root_dir / benchmark / inference_mode / barebones / ...:
-            Lightning's keywords; each works or fails at construction (see ``trainer.lightning_keywords``).
+        strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
 
     Parts, one job each (``trainer.py`` keeps the loop and the step body): ``config`` (the validated keywords),
     ``plan`` (prepared loaders, batch counts, validation cadence, optimisation mode), ``stop`` (the agreed stop,
@@ -169,8 +167,7 @@ class Trainer:
     log_dir = PartField("accelerator", "logging_dir")
     checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
     model = lightning_module = PartField("attached", "module")  # Lightning's names: the module, never a wrapper
-    logger = PartField("lightning", "logger")  # the first of `loggers` (None without one)
-    loggers = PartField("lightning", "logger_views")  # Lightning-style views of the running trackers
+    logger, loggers = PartField("lightning", "logger"), PartField("lightning", "logger_views")  # Lightning-style
     default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
     sanity_checking = StageFlag("sanity_check")
     training = StageFlag("train")  # False during fit's validation
@@ -214,7 +211,6 @@ class Trainer:
             preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
             project_name=project_name)
         config = self.config
-        lightning.launch_if_asked(config.precision)  # `python train.py` with devices > 1: run it in N processes
         self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
         if seed is not None:
             set_seed(seed, deterministic=deterministic)
