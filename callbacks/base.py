@@ -4,9 +4,10 @@ Timeline
 ========
 
 Every hook below is called on the callbacks (in ``Trainer.callbacks`` order) and then on the module (same name,
-without the ``trainer, module`` arguments), except the four ``*_epoch_end`` hooks: there the epoch's metrics are
-computed into ``trainer.callback_metrics`` first, then the **module runs first**, then the callbacks (seeing what
-the module logged there too), then the epoch metrics go to the trackers. ``[...]`` marks hooks that only fire
+without the ``trainer, module`` arguments), as in Lightning 2.6. At the four ``*_epoch_end`` hooks the epoch's
+metrics are computed into ``trainer.callback_metrics`` before each call (callbacks, then the module; at
+``on_train_epoch_end`` the monitoring callbacks ``ModelCheckpoint`` / ``EarlyStopping`` run after the module, so
+they see what it logged there), then the epoch metrics go to the trackers. ``[...]`` marks hooks that only fire
 under a condition. ``dataloader_idx`` is only passed to evaluation hooks and steps when there are several loaders.
 
 ``fit``::
@@ -34,15 +35,15 @@ under a condition. ``dataloader_idx`` is only passed to evaluation hooks and ste
             [on the last micro-batch of an accumulation window only:]
                 on_before_optimizer_step(optimizer)    # gradients synced, not clipped (still scaled under fp16)
                 # gradient clipping, optimizer.step()
-                on_before_zero_grad(optimizer)
-                # optimizer.zero_grad(), step-interval schedulers
+                on_before_zero_grad(optimizer)         # Lightning fires it after training_step at a window's
+                # optimizer.zero_grad(), step-interval schedulers      start instead (README: differences)
             on_train_batch_end(outputs, batch, batch_idx)
             # step metrics go to the trackers every log_every_n_steps optimizer steps
             [validation, when val_check_interval / check_val_every_n_epoch say so:
                 on_validation_start ... on_validation_end as above, without the sanity hooks]
             # after an optimizer step: step-interval ReduceLROnPlateau schedulers, then the stop check
             # (max_steps, max_time, trainer.should_stop on any process): a stop ends the epoch here
-        on_train_epoch_end                      # epoch metrics computed, module, callbacks, trackers
+        on_train_epoch_end                      # callbacks, module, ModelCheckpoint / EarlyStopping, trackers
         # epoch-interval schedulers (ReduceLROnPlateau reads the metrics logged so far)
     on_train_end
     on_fit_end
@@ -59,7 +60,7 @@ Under manual optimisation (``automatic_optimization = False``) the batch is ``on
     on_X_epoch_start
         on_X_batch_start(batch, batch_idx[, dataloader_idx])
         on_X_batch_end(outputs, batch, batch_idx[, dataloader_idx])     # per batch, per data loader
-    on_X_epoch_end                              # epoch metrics computed, module, callbacks, trackers
+    on_X_epoch_end                              # epoch metrics computed, callbacks, module, trackers
     on_X_end
     teardown(stage)
 
@@ -70,7 +71,7 @@ Under manual optimisation (``automatic_optimization = False``) the batch is ``on
     on_predict_epoch_start
         on_predict_batch_start(batch, batch_idx[, dataloader_idx])
         on_predict_batch_end(outputs, batch, batch_idx[, dataloader_idx])
-    on_predict_epoch_end                        # module, then callbacks
+    on_predict_epoch_end                        # callbacks, then the module
     on_predict_end
     teardown(stage="predict")
 
@@ -174,7 +175,8 @@ class Callback:
         """A training epoch begins."""
 
     def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
-        """A training epoch ended (after the module's own ``on_train_epoch_end`` and any epoch-end validation)."""
+        """A training epoch ended (after any epoch-end validation; ModelCheckpoint / EarlyStopping run after the
+        module's own ``on_train_epoch_end``, other callbacks before it, as in Lightning)."""
 
     def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
         """Before ``training_step``."""

@@ -45,6 +45,16 @@ def _seconds(value: Any) -> float | None:
     return float(seconds)
 
 
+def _weights_only_folder(path: str) -> bool:
+    """Whether ``path`` holds only what ``save_model`` writes (``save_weights_only=True`` checkpoints)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return bool(names) and all(n.startswith("model") and n.endswith((".safetensors", ".bin", ".index.json"))
+                               for n in names)
+
+
 def _number(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
@@ -68,6 +78,9 @@ class ModelCheckpoint(Callback):
             validation metric that did not run at that step is not ranked (its value would be stale).
         save_on_train_epoch_end: save epoch checkpoints at the training epoch's end (``True``) or after
             validation (``False``); ``None`` decides as Lightning does.
+        save_weights_only: save only the module's weights (``model.safetensors``, loadable with
+            ``Module.load_from_checkpoint``); such folders cannot resume a run.
+        enable_version_counter: a name already taken gets ``-v1``, ``-v2``... (``False``: replace it).
 
     Example:
         >>> checkpoint = ModelCheckpoint(dirpath="ckpt", filename="epoch={epoch}-step={step}-{val/acc:.3f}",
@@ -80,7 +93,8 @@ class ModelCheckpoint(Callback):
                  monitor: str | None = None, mode: str = "min", save_top_k: int = 1, save_last: bool | None = None,
                  every_n_train_steps: int | None = None, every_n_epochs: int | None = None,
                  train_time_interval: timedelta | float | None = None, save_on_train_epoch_end: bool | None = None,
-                 auto_insert_metric_name: bool = True, verbose: bool = False) -> None:
+                 auto_insert_metric_name: bool = True, verbose: bool = False, save_weights_only: bool = False,
+                 enable_version_counter: bool = True) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"ModelCheckpoint(mode=...) must be 'min' or 'max'. Received: {mode!r}.")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
@@ -109,6 +123,8 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.save_weights_only = bool(save_weights_only)
+        self.enable_version_counter = bool(enable_version_counter)
         self._every_n_train_steps = steps
         self._every_n_epochs = epochs if (steps or epochs or interval) else 1
         self._train_time_interval = interval
@@ -332,7 +348,7 @@ class ModelCheckpoint(Callback):
         metrics = {name: _number(v) for name, v in trainer.callback_metrics.items()}
         base = self.format_checkpoint_name({**metrics, "epoch": epoch, "step": step})
         path, version = base, 0
-        while (path in remaining or os.path.lexists(path)) and path not in evicted:
+        while self.enable_version_counter and (path in remaining or os.path.lexists(path)) and path not in evicted:
             version += 1
             path = f"{base}-v{version}"
         if trainer.world_size > 1:
@@ -355,7 +371,7 @@ class ModelCheckpoint(Callback):
         self._pending_removal = sorted(evicted - self._kept())
         self._last_global_step_saved, self._last_time = trainer.global_step, time.monotonic()
         try:  # the checkpoint holds this bookkeeping, itself included
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         except BaseException:
             self.load_state_dict(before)
             raise
@@ -373,7 +389,8 @@ class ModelCheckpoint(Callback):
         if not writer:
             return
         for path in paths:
-            if folders.is_committed(path):  # never anything this callback did not write
+            # Never anything this callback did not write: a committed checkpoint, or a weights-only folder.
+            if folders.is_committed(path) or _weights_only_folder(path):
                 folders.remove_folder(path)
 
     # -- state --------------------------------------------------------------------------------------------------

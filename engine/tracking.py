@@ -109,7 +109,9 @@ class TrackerHub:
         self._initialized = True
         self._trackers = trackers
         for tracker in trackers:
-            tracker.start()
+            # A logger view may have opened its tracker already (its `experiment` was used before the run).
+            if not (getattr(tracker, "opened_by_owner", False) and tracker.tracker is not None):
+                tracker.start()
         if config is not None:
             for tracker in trackers:
                 tracker.store_init_configuration(config)

@@ -1,4 +1,4 @@
-"""Experiment trackers: `GeneralTracker` and the built-ins (csv, tensorboard, wandb, comet_ml).
+"""Experiment trackers: `GeneralTracker` and the built-ins (csv, tensorboard, wandb, comet_ml, mlflow).
 
 Nothing here imports a tracking backend: each tracker imports its package in ``start()``. This package imports
 nothing from the rest of Ember (``engine`` builds on it, not the other way round).
@@ -7,6 +7,7 @@ nothing from the rest of Ember (``engine`` builds on it, not the other way round
 from trackers.base import GeneralTracker
 from trackers.comet_tracker import CometMLTracker
 from trackers.csv_tracker import CSVTracker
+from trackers.mlflow_tracker import MLflowTracker
 from trackers.registry import (
     BUILTIN_TRACKERS,
     available_trackers,
@@ -25,6 +26,7 @@ __all__ = [
     "CSVTracker",
     "CometMLTracker",
     "GeneralTracker",
+    "MLflowTracker",
     "TensorBoardTracker",
     "WandBTracker",
     "available_trackers",

@@ -43,6 +43,10 @@ class GeneralTracker:
     * ``accepts_logging_directory``: when true and the engine has a logging directory, the engine passes it as
       the ``logging_dir=`` keyword even though the tracker does not require one (wandb uses it as ``dir``).
 
+    One instance attribute is read by the engine: ``opened_by_owner`` (default ``False``). An owner that opened
+    the run itself before ``init_trackers`` (a Lightning-style logger whose ``experiment`` was used early) sets
+    it, and the engine then uses the open run instead of calling ``start()`` a second time.
+
     Example:
         >>> class PrintTracker(GeneralTracker):
         ...     name = "print"

@@ -7,12 +7,13 @@ import importlib.util
 from trackers.base import GeneralTracker
 from trackers.comet_tracker import CometMLTracker
 from trackers.csv_tracker import CSVTracker
+from trackers.mlflow_tracker import MLflowTracker
 from trackers.tensorboard_tracker import TensorBoardTracker
 from trackers.wandb_tracker import WandBTracker
 
 # Importing these modules is cheap: each imports its backend package only inside `start()`.
 BUILTIN_TRACKERS: tuple[type[GeneralTracker], ...] = (
-    CSVTracker, TensorBoardTracker, WandBTracker, CometMLTracker)
+    CSVTracker, TensorBoardTracker, WandBTracker, CometMLTracker, MLflowTracker)
 
 _registry: dict[str, type[GeneralTracker]] = {cls.name: cls for cls in BUILTIN_TRACKERS}
 

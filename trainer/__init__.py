@@ -1,13 +1,22 @@
 """Ember's trainer: a Lightning-style ``Trainer`` driving a ``TrainModule`` through the engine.
 
-Importing it is cheap: no tracker backend, no ``tqdm``, nothing beyond ``torch`` and the engine.
+The names of ``lightning.pytorch`` live here too (``LightningModule`` / ``LightningDataModule`` are aliases of
+``TrainModule`` / ``DataModule``, ``seed_everything``, ``Callback``), so ``import lightning.pytorch as pl`` ports
+as ``import trainer as pl``. Importing it is cheap: no tracker backend, no ``tqdm``, nothing beyond ``torch`` and
+the engine.
 """
 
+from callbacks import Callback
 from trainer.datamodule import DataModule
 from trainer.hparams import AttributeDict
 from trainer.module import TrainModule
-from trainer.optim import SchedulerConfig
+from trainer.optim import LightningOptimizer, SchedulerConfig
 from trainer.state import TrainState
 from trainer.trainer import Trainer
+from trainer.utilities.seed import seed_everything
 
-__all__ = ["AttributeDict", "DataModule", "SchedulerConfig", "TrainModule", "TrainState", "Trainer"]
+LightningModule = TrainModule
+LightningDataModule = DataModule
+
+__all__ = ["AttributeDict", "Callback", "DataModule", "LightningDataModule", "LightningModule", "LightningOptimizer",
+           "SchedulerConfig", "TrainModule", "TrainState", "Trainer", "seed_everything"]

@@ -15,7 +15,8 @@ checksummed manifest, loadable without unpickling) plus the trainer's own part, 
                                       "trainer": {"state": TrainState, "callbacks": {state_key: state},
                                       "datamodule": ...}, "trackers": {name: run identity},
                                       "checkpoint": what on_save_checkpoint hooks added,
-                                      "callback_metrics": {name: tensor}, "prepared": [...]}
+                                      "callback_metrics": {name: tensor}, "prepared": [...],
+                                      "hyper_parameters": {"module": ..., "datamodule": ...}}
 
 Inside ``fit``, checkpoints are written only at *boundaries*, points from which a run continues exactly: after
 a training batch is completely done (its optimizer step, validation, schedulers and stop decision), or after an

@@ -33,6 +33,7 @@ from trainer.checkpoint_format import (
 from trainer.data import loader_length
 from trainer.fallback import load_first_intact
 from trainer.hooks import overrides
+from trainer.hparams_io import encode_hparams
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger
 from trainer.module import TrainModule
@@ -125,6 +126,19 @@ class Checkpointer:
             fn()
 
     # -- saving -------------------------------------------------------------------------------------------------
+    def save(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None:
+        """``trainer.save_checkpoint``: a complete checkpoint (or the weights only) at the next boundary."""
+        if storage_options is not None:
+            raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
+                             "go to a local or mounted path.")
+        path, module = str(filepath), self.attached.module
+        if weights_only and module is None:
+            raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
+        if weights_only:
+            self.run_at_boundary(lambda: self.accelerator.save_model(module, path))
+        else:
+            self.run_at_boundary(lambda: self.write(path))
+
     def position(self) -> tuple[int, int, int]:
         return self.state.epoch, self.state.batch_in_epoch, self.state.micro_step
 
@@ -150,9 +164,12 @@ class Checkpointer:
         metrics = {name: value.detach().cpu() if isinstance(value, torch.Tensor) else value
                    for name, value in self.metrics.callback_metrics.items()
                    if isinstance(value, (torch.Tensor, int, float))}
+        # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
+        hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
+                   "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
         return {"format": FORMAT, "version": VERSION, "trainer": self.state_dict(),
                 "trackers": self.accelerator.tracker_state_dict(), "checkpoint": extra,
-                "callback_metrics": metrics, "prepared": list(self.plan.prepared)}
+                "callback_metrics": metrics, "prepared": list(self.plan.prepared), "hyper_parameters": hparams}
 
     def state_dict(self) -> dict[str, Any]:
         """``TrainState``, every callback's state (by ``state_key``), the data module's state."""

@@ -68,7 +68,18 @@ class TrainerConfig:
                       enable_checkpointing: bool = True, detect_anomaly: bool = False,
                       on_nonfinite_loss: str = "raise", preemption_signals: Any = None,
                       preemption_exit_code: int = 143, project_name: str = "ember") -> TrainerConfig:
-        """Check every keyword and resolve the ones that set others (``fast_dev_run``, ``overfit_batches``)."""
+        """Check every keyword and resolve the ones that set others (``fast_dev_run``, ``overfit_batches``).
+
+        ``None`` means the default for the keywords whose Lightning default is ``None`` (configs pass ``null``).
+        """
+        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = (
+            1.0 if v is None else v for v in (limit_train_batches, limit_val_batches, limit_test_batches,
+                                              limit_predict_batches))
+        val_check_interval = 1.0 if val_check_interval is None else val_check_interval
+        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
+        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
+        gradient_clip_algorithm = gradient_clip_algorithm or "norm"
+        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
         seconds = checks.parse_max_time(max_time)
         max_epochs, max_steps, defaulted = checks.check_epochs_and_steps(max_epochs, max_steps, seconds)
         if gradient_clip_val is not None and (not isinstance(gradient_clip_val, (int, float))

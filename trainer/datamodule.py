@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.data_hooks import DataHooks
 from trainer.hparams import HyperparametersMixin
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class DataModule(DataHooks, HyperparametersMixin):
@@ -47,6 +51,24 @@ class DataModule(DataHooks, HyperparametersMixin):
         state = dict(self.__dict__)
         state["_trainer_ref"] = None  # a weakref cannot be pickled
         return state
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None,
+                             hparams_file: str | os.PathLike[str] | None = None, weights_only: bool | None = None,
+                             **kwargs: Any) -> Self:
+        """Rebuild the data module from a checkpoint folder's saved hyper-parameters and its ``state_dict``.
+
+        ``map_location`` is accepted for Lightning's signature (a data module has no tensors to move);
+        ``hparams_file`` / ``weights_only`` / ``kwargs`` as in ``TrainModule.load_from_checkpoint``.
+
+        Example::
+
+            dm = MNISTData.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", batch_size=256)
+        """
+        del map_location
+        from trainer.loading import load_datamodule
+
+        return load_datamodule(cls, checkpoint_path, hparams_file, weights_only, kwargs)
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (JSON-able values and tensors); empty by default."""

@@ -15,21 +15,30 @@ from trainer.plan import RunPlan, batches
 from trainer.predict import gather_step
 from trainer.state import TrainState
 from trainer.tracking import TrackerLink
+from trainer.utilities.seed import isolate_rng
 
 
 class EvaluationLoop:
     """Runs evaluation passes over the plan's loaders; the run's ``HookTable`` is passed to each call."""
 
     def __init__(self, accelerator: Accelerator, state: TrainState, plan: RunPlan, metrics: MetricLogger,
-                 trackers: TrackerLink) -> None:
+                 trackers: TrackerLink, inference_mode: bool = True) -> None:
         self.accelerator = accelerator
         self.state = state
         self.plan = plan
         self.metrics = metrics
         self.trackers = trackers
+        # Lightning's Trainer(inference_mode=True): evaluation runs under torch.inference_mode (else no_grad).
+        self.grad_off = torch.inference_mode if inference_mode else torch.no_grad
 
     def run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         """One validation or test run (or the sanity check): every loader's batches, then the epoch metrics."""
+        if stage == "sanity_check":
+            with isolate_rng():  # as Lightning: the sanity check leaves the training's random streams untouched
+                return self._run(stage, hooks)
+        return self._run(stage, hooks)
+
+    def _run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         metrics, plan, model = self.metrics, self.plan, self.plan.model
         assert model is not None
         x = "test" if stage == "test" else "validation"
@@ -37,6 +46,8 @@ class EvaluationLoop:
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,
                   "sanity_check": plan.num_sanity_val_batches}[stage]
         previous, was_training = self.state.stage, model.training
+        if previous == "idle":  # a validate() / test() call: its results replace the last run's (Lightning)
+            metrics.clear_results()
         self.state.stage = stage
         metrics.set_stage(stage)
         if stage == "sanity_check":
@@ -46,7 +57,7 @@ class EvaluationLoop:
         step, batch_start, batch_end = f"{x}_step", f"on_{x}_batch_start", f"on_{x}_batch_end"
         hooks.call(f"on_{x}_start")
         hooks.call(f"on_{x}_epoch_start")
-        with torch.no_grad():
+        with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
                 for batch_idx, batch in batches(loader, count):
@@ -85,7 +96,7 @@ class EvaluationLoop:
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
-        with torch.no_grad():
+        with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 for batch_idx, batch in batches(loader, count):
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
@@ -99,17 +110,23 @@ class EvaluationLoop:
         return results
 
     def epoch_end(self, hook: str, hooks: HookTable, log: bool = True) -> dict[str, Any]:
-        """Epoch metrics, the module's epoch-end hook, the callbacks' one, then the trackers.
+        """Epoch metrics, then Lightning 2.6's order: the callbacks' epoch-end hook, then the module's (at the
+        training epoch's end: other callbacks, the module, then ModelCheckpoint / EarlyStopping); the trackers.
 
-        The metrics are computed before each of the two hooks (only what was logged since, the second time), so
-        the module and the callbacks both read up-to-date values in ``trainer.callback_metrics``.
+        The metrics are computed before each hook call (only what was logged since, after the first), so every
+        hook reads up-to-date values in ``trainer.callback_metrics``.
         """
         metrics = self.metrics
         results = metrics.end_epoch()
+        training = hook == "on_train_epoch_end"
+        hooks.call_callbacks(hook, monitoring=False if training else None)
+        results.update(metrics.end_epoch())
         hooks.call_module(hook)
         results.update(metrics.end_epoch())
-        hooks.call_callbacks(hook)
-        results.update(metrics.end_epoch())
+        if training:
+            hooks.call_callbacks(hook, monitoring=True)
+            results.update(metrics.end_epoch())
+        metrics.reset_metric_objects()  # torchmetrics Metrics: reset after every epoch-end hook could read them
         if log:
             self.trackers.log(metrics.epoch_values(results))
         return results

@@ -11,8 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from callbacks.base import HOOK_NAMES, Callback
+from callbacks.checkpoint import ModelCheckpoint
+from callbacks.early_stopping import EarlyStopping
 
-# Hooks where the module runs before the callbacks, so callbacks see the metrics the module logs there.
+_MONITORING = (ModelCheckpoint, EarlyStopping)
+
+# Lightning 2.6's order at the epoch ends: callbacks, then the module; at the training epoch's end the
+# monitoring callbacks (ModelCheckpoint, EarlyStopping) come after the module, so they see what it logged there.
 EPOCH_END_HOOKS = frozenset({"on_train_epoch_end", "on_validation_epoch_end", "on_test_epoch_end",
                              "on_predict_epoch_end"})
 
@@ -59,9 +64,12 @@ class HookTable:
         module_hook = self._module[name]
         return None if module_hook is None else module_hook(*args)
 
-    def call_callbacks(self, name: str, *args: Any) -> None:
+    def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None) -> None:
+        """The callbacks' ``name`` hook; ``monitoring`` True / False: only (or all but) ModelCheckpoint and
+        EarlyStopping, Lightning's "monitoring callbacks"."""
         for hook in self._callbacks[name]:
-            hook(*args)
+            if monitoring is None or isinstance(hook.func.__self__, _MONITORING) == monitoring:  # type: ignore[attr-defined]
+                hook(*args)
 
     def has(self, name: str) -> bool:
         """Whether anything overrides ``name``."""

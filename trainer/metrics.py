@@ -7,6 +7,8 @@ memory on long epochs without a tensor op per step.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,7 @@ class _Metric:
     total: torch.Tensor | None = None
     weight: float = 0.0
     dirty: bool = False  # epoch values were added since the last end_epoch
+    metric: Any = None  # a torchmetrics Metric logged under this name: it accumulates and syncs its own state
 
     def fold(self) -> None:
         """Fold the buffered values into ``total`` (a custom reduction keeps every value instead)."""
@@ -78,6 +81,8 @@ class _Metric:
         self.values.clear()
         self.weights.clear()
         self.total, self.weight, self.dirty = None, 0.0, False
+        if self.metric is not None:
+            self.metric.reset()
 
 
 class MetricLogger:
@@ -123,6 +128,9 @@ class MetricLogger:
         """Switch to ``stage``; ``fresh`` starts its records anew (each validation run), else keeps them."""
         self.stage = stage
         if fresh or stage not in self._stages:
+            for record in self._stages.get(stage, {}).values():
+                if record.metric is not None:  # a new run of the stage starts its Metric objects afresh
+                    record.metric.reset()
             self._stages[stage] = {}
         self._records = self._stages[stage]
         self._update_defaults()
@@ -166,6 +174,9 @@ class MetricLogger:
         record = self._records.get(key)
         if record is None or record.options != options:
             record = self._register(key, options, reduce_fx)
+        if type(value) is not torch.Tensor and is_torchmetric(value):
+            self._log_metric_object(record, value, enable_graph)
+            return
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise ValueError(f"self.log({name!r}, value) needs a scalar; got a tensor of shape "
@@ -201,6 +212,30 @@ class MetricLogger:
                 record.weights.append(0 if self._padding else weight)
             if len(record.values) >= _FOLD_EVERY:
                 record.fold()
+
+    def _log_metric_object(self, record: _Metric, metric: Any, enable_graph: bool) -> None:
+        """A torchmetrics ``Metric``, as in Lightning: the value of its last ``forward`` per step, ``compute()`` at
+        the epoch end (``reset()`` after the epoch-end hooks); the Metric syncs its own state, so ``sync_dist`` is
+        not applied again."""
+        if record.sync_dist and record.metric is None:
+            warnings.warn(f"self.log({record.name!r}, <{type(metric).__name__}>, sync_dist=True): a torchmetrics "
+                          "Metric syncs its own state across processes in compute(), so sync_dist is not applied "
+                          "to it (it would sync twice). Drop sync_dist=True for Metric objects.", UserWarning,
+                          stacklevel=4)
+        record.metric = metric
+        if record.on_step:
+            value = metric._forward_cache  # the batch value of the last `metric(preds, target)` call
+            if value is not None:  # only update() was called: no step value, as in Lightning
+                value = _as_scalar(record.name, value, enable_graph)
+                record.step_value = value
+                record.step_fresh = True
+                self.callback_metrics[record.step_key] = value
+                if record.on_epoch:
+                    self.callback_metrics[record.name] = value
+                if record.prog_bar:
+                    self.progress_bar_metrics[record.step_key] = value
+        if record.on_epoch:
+            record.dirty = True
 
     def _register(self, key: str, options: tuple[Any, ...], reduce_fx: ReduceFx) -> _Metric:
         prog_bar, logger, on_step, on_epoch, _, sync_dist = options
@@ -272,6 +307,9 @@ class MetricLogger:
             record.reset_epoch()
 
     def _compute(self, record: _Metric) -> torch.Tensor:
+        if record.metric is not None:
+            # Reset later (reset_metric_objects), as in Lightning: epoch-end hooks may still read the Metric.
+            return _as_scalar(record.name, record.metric.compute(), False)
         if record.reduce == "custom":
             assert record.reduce_fn is not None
             values = _stack(record.values).float() if record.values else torch.zeros(0)
@@ -322,6 +360,16 @@ class MetricLogger:
                   if record.logger and record.epoch_key in results}
         self.logged_metrics.update(values)
         return values
+
+    def reset_metric_objects(self) -> None:
+        """Reset the current stage's torchmetrics Metrics once the epoch's end hooks have run."""
+        for record in self._records.values():
+            if record.metric is not None:
+                record.metric.reset()
+
+    def clear_results(self) -> None:
+        """Forget the public results (``callback_metrics`` & co.): a new ``validate`` / ``test`` run starts."""
+        self.callback_metrics, self.progress_bar_metrics, self.logged_metrics = {}, {}, {}
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Copies of the public dicts (the sanity check restores them, so its values never reach callbacks)."""
@@ -397,3 +445,26 @@ def _stack(values: list[Any]) -> torch.Tensor:
     stacked = torch.stack(tensors)
     # Aggregate in at least float32: bf16 / fp16 sums over an epoch would lose most of their digits.
     return stacked if stacked.dtype in (torch.float32, torch.float64) else stacked.float()
+
+
+def is_torchmetric(value: Any) -> bool:
+    """Whether ``value`` is a ``torchmetrics.Metric``; never imports torchmetrics (a Metric implies it is loaded)."""
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
+
+
+def metric_collection_items(value: Any) -> dict[str, Any] | None:
+    """The ``{name: Metric}`` of a ``torchmetrics.MetricCollection`` (what ``log_dict`` logs), else ``None``."""
+    torchmetrics = sys.modules.get("torchmetrics")
+    if torchmetrics is None or not isinstance(value, torchmetrics.MetricCollection):
+        return None
+    return dict(value.items(keep_base=False, copy_state=False))
+
+
+def _as_scalar(name: str, value: Any, enable_graph: bool) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        raise ValueError(f"The torchmetrics Metric logged as {name!r} returned {type(value).__name__} "
+                         f"({value!r:.80}); self.log needs a scalar tensor. Log a Metric whose compute() returns one "
+                         "value, or log the entries of its result under separate names with self.log_dict.")
+    value = value if enable_graph else value.detach()
+    return value.reshape(()) if value.ndim else value

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -11,9 +13,11 @@ import torch
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
-from trainer.metrics import ReduceFx
+from trainer.metrics import ReduceFx, metric_collection_items
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from engine import Accelerator
     from trainer.trainer import Trainer
 
@@ -47,6 +51,30 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         super().__init__(*args, **kwargs)
         self._trainer_ref: weakref.ReferenceType[Trainer] | None = None
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None,
+                             hparams_file: str | os.PathLike[str] | None = None, strict: bool | None = None,
+                             weights_only: bool | None = None, **kwargs: Any) -> Self:
+        """Rebuild the module from a checkpoint folder's saved hyper-parameters and load its weights.
+
+        Args:
+            checkpoint_path: a checkpoint folder (``ModelCheckpoint``, ``trainer.save_checkpoint``).
+            map_location: the device to move the module to (default: the CPU).
+            hparams_file: a YAML file whose hyper-parameters replace the saved ones.
+            strict: require the weights' keys to match the module's exactly (default True).
+            weights_only: ``False`` allows unpickling hyper-parameters that are not plain data (only for
+                checkpoints you trust); by default such a hyper-parameter must be passed again in ``kwargs``.
+            **kwargs: hyper-parameters overriding the saved ones (e.g. a backbone left out of them).
+
+        Example (``MyModel`` saved with ``self.save_hyperparameters()``)::
+
+            model = MyModel.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", lr=1e-4)
+            model.eval()
+        """
+        from trainer.loading import load_module
+
+        return load_module(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, kwargs)
+
     # -- the trainer it runs in -------------------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:
@@ -72,6 +100,30 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             return tensor.device
         trainer = self._attached_trainer()
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.global_rank if trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (0 without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        """``trainer.logger``: the first Lightning-style logger of the run (``None`` without one or a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """``trainer.loggers``: every Lightning-style logger of the run (``[]`` without a trainer)."""
+        trainer = self._attached_trainer()
+        return trainer.loggers if trainer is not None else []
 
     @property
     def global_step(self) -> int:
@@ -104,7 +156,9 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
         Args:
             name: the metric name (``"train/loss"``).
-            value: a number or a one-element tensor (kept as a detached tensor: no device sync here).
+            value: a number, a one-element tensor (kept as a detached tensor: no device sync here), or a
+                torchmetrics ``Metric``: its last ``forward`` value per step, ``compute()`` at the epoch end, then
+                ``reset()``; it syncs its own state across processes (``sync_dist`` is not applied to it).
             prog_bar: show it in the progress bar.
             logger: send it to the trackers.
             on_step: keep the per-step value (default: True in training batches, False elsewhere).
@@ -132,11 +186,14 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         trainer.metric_logger.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
                              enable_graph, add_dataloader_idx)
 
-    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool = True,
+    def log_dict(self, dictionary: Mapping[str, Any] | Any, prog_bar: bool = False, logger: bool = True,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean",
                  enable_graph: bool = False, sync_dist: bool | None = None, add_dataloader_idx: bool = True,
                  batch_size: int | None = None, rank_zero_only: bool = False) -> None:
-        """``self.log`` for every item of ``dictionary``, with the same options."""
+        """``self.log`` for every item of ``dictionary`` (a dict, or a torchmetrics ``MetricCollection``)."""
+        collection = metric_collection_items(dictionary)
+        if collection is not None:
+            dictionary = collection
         if not isinstance(dictionary, Mapping):
             raise TypeError(f"log_dict takes a dict of name -> value. Received: {type(dictionary).__name__}.")
         for name, value in dictionary.items():
@@ -313,6 +370,7 @@ class StepRouter(torch.nn.Module):
         # A plain attribute (not a child): nn.Module.__getattr__ costs ~0.5 us on every step, and a child would
         # prefix every name with "module.".
         object.__setattr__(self, "_target", module)
+        object.__setattr__(self, "_steps", {})
         for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
             object.__setattr__(self, table, getattr(module, table))
 
@@ -322,9 +380,41 @@ class StepRouter(torch.nn.Module):
         return self._target
 
     def forward(self, step: str, *args: Any) -> Any:
-        return getattr(self._target, step)(*args)
+        fn = self._steps.get(step)
+        if fn is None:
+            fn = self._steps[step] = step_function(self._target, step)
+        return fn(*args)
 
     def train(self, mode: bool = True) -> StepRouter:
         super().train(mode)
         self._target.training = mode  # the module itself is not one of the shared children
         return self
+
+
+def step_function(module: TrainModule, name: str) -> Callable[..., Any]:
+    """``module.<name>`` called with as many of ``(batch, batch_idx, dataloader_idx)`` as its signature takes.
+
+    Lightning inspects the step's signature, so ``def training_step(self, batch)`` works; the check is done once
+    here, and a step taking every argument is returned as it is (no wrapper on the hot path).
+
+    Example:
+        >>> class M(TrainModule):
+        ...     def training_step(self, batch):
+        ...         return batch * 2
+        >>> step_function(M(), "training_step")(3, 0)
+        6
+    """
+    fn = getattr(module, name)
+    taken = 0
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return fn
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            taken += 1
+    if taken >= 3:
+        return fn
+
+    def call(*args: Any) -> Any:
+        return fn(*args[:taken])
+
+    return call

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,7 +152,57 @@ def _describe(obj: Any) -> str:
     return f"{type(obj).__name__} ({text[:80]}{'...' if len(text) > 80 else ''})"
 
 
-class ManualOptimizer(OptimizerView):
+class LightningOptimizer(OptimizerView):
+    """Lightning's optimizer wrapper name: a real ``torch.optim.Optimizer`` whose state lives in ``.optimizer``.
+
+    ``self.optimizers()`` returns one under manual optimisation (a ``ManualOptimizer``, which also fires the
+    step hooks). ``toggle_model()`` freezes the parameters other optimizers own while it is active (GANs).
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> opt = LightningOptimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        >>> isinstance(opt, torch.optim.Optimizer), opt.param_groups[0]["lr"]
+        (True, 0.1)
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, module: Any = None) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"LightningOptimizer wraps a torch.optim.Optimizer. Received: {_describe(optimizer)}.")
+        self.optimizer = optimizer
+        self._module = module
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        return self.optimizer.step() if closure is None else self.optimizer.step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @contextlib.contextmanager
+    def toggle_model(self, sync_grad: bool = True) -> Iterator[None]:
+        """Only this optimizer's parameters require grad inside the block (``module.toggle_optimizer``).
+
+        ``sync_grad=False`` also skips the cross-process gradient all-reduce of backward calls in the block
+        (``accelerator.no_sync``), for accumulating over several manual backward calls.
+        """
+        if self._module is None:
+            raise RuntimeError("toggle_model() needs the module this optimizer belongs to: use the optimizers "
+                               "returned by self.optimizers() inside a run.")
+        self._module.toggle_optimizer(self)
+        try:
+            if sync_grad:
+                yield
+            else:
+                trainer = self._module.trainer
+                with trainer.accelerator.no_sync(trainer._model):
+                    yield
+        finally:
+            self._module.untoggle_optimizer(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.optimizer!r})"
+
+
+class ManualOptimizer(LightningOptimizer):
     """What ``self.optimizers()`` returns under manual optimisation: the prepared optimizer, with its ``step``
     firing ``on_before_optimizer_step`` and counting one global step.
 
@@ -160,8 +211,8 @@ class ManualOptimizer(OptimizerView):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, before_step: Callable[[torch.optim.Optimizer], None],
-                 after_step: Callable[[], None]) -> None:
-        self.optimizer = optimizer
+                 after_step: Callable[[], None], module: Any = None) -> None:
+        super().__init__(optimizer, module)
         self._before_step = before_step
         self._after_step = after_step
 
@@ -176,8 +227,3 @@ class ManualOptimizer(OptimizerView):
         self._after_step()
         return result
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def __repr__(self) -> str:
-        return f"ManualOptimizer({self.optimizer!r})"

@@ -23,8 +23,9 @@ from trainer.data import check_not_empty, limit_batches, loader_length, resolve_
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
-from trainer.module import StepRouter, TrainModule
+from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+from trainer.utilities.seed import attach_worker_init
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
@@ -81,7 +82,8 @@ class RunPlan:
             val = []
         if config.overfit_batches:
             train = [without_shuffle(train[0])]
-        self.train_loader = self.accelerator.prepare(train[0])
+        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
+        self.train_loader = self.accelerator.prepare(attach_worker_init(train[0], self.accelerator.process_index))
         self.prepared.append("train loader")
         check_not_empty(train[0], self.train_loader, self.accelerator.num_processes)
         self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
@@ -100,7 +102,7 @@ class RunPlan:
         self.prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
         self.scheduler_configs = configs  # the user's schedulers: stepped once per step on every process
         before, after = manual_hooks
-        self.module_optimizers = ([ManualOptimizer(o, before, after) for o in self.optimizers] if manual
+        self.module_optimizers = ([ManualOptimizer(o, before, after, module) for o in self.optimizers] if manual
                                   else list(self.optimizers))
         self.automatic = not manual
         self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")
@@ -174,7 +176,8 @@ class RunPlan:
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
         bare = self.model is router and type(router) is StepRouter and "forward" not in vars(router) and not (
             router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
-        self.training_step = module.training_step if bare else functools.partial(self.model, "training_step")
+        self.training_step = (step_function(module, "training_step") if bare
+                              else functools.partial(self.model, "training_step"))
 
     # -- cadence ----------------------------------------------------------------------------------------------
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:
@@ -188,6 +191,20 @@ class RunPlan:
         if config.check_val_every_n_epoch is None:
             return micro_step % self.val_every == 0
         return (batch_idx + 1) % self.val_every == 0
+
+    def set_epoch(self, epoch: int) -> None:
+        # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
+        set_epoch = getattr(self.train_loader, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def estimated_steps(self, config: TrainerConfig) -> int | float:
+        """Optimizer steps ``fit`` will take (``inf`` when unbounded)."""
+        per_epoch, epochs, max_steps = self.num_training_batches, config.max_epochs, config.max_steps
+        if per_epoch is None or epochs is None:
+            return max_steps if max_steps is not None else float("inf")
+        steps = -(-per_epoch // config.accumulate_grad_batches) * epochs
+        return min(steps, max_steps) if max_steps is not None else steps
 
     def syncs(self, batch_idx: int, factor: int) -> bool:
         """Whether training batch ``batch_idx`` closes an accumulation window of ``factor`` batches.

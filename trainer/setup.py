@@ -19,6 +19,7 @@ from trainer.hooks import HookTable, overrides
 from trainer.module import TrainModule
 from trainer.signals import Preempted
 from trainer.tracking import TrackerLink
+from trainer.utilities.rank_zero import rank_zero_only
 
 
 @dataclass
@@ -35,11 +36,18 @@ UNSET: Any = object()  # "keyword not given", distinct from an explicit None
 EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
 
 
-def build_accelerator(accelerator: Any, precision: str | None, log_with: Any, project_dir: Any,
-                      fast_dev_run: int) -> Accelerator:
-    """The given ``Accelerator`` (checked against the keywords) or a new one for ``"auto"`` / ``"cpu"`` / ``"gpu"``."""
+def build_accelerator(accelerator: Any, precision: str | None, lightning: Any, fast_dev_run: int) -> Accelerator:
+    """The given ``Accelerator`` (checked against the keywords) or a new one for ``"auto"`` / ``"cpu"`` / ``"gpu"``.
+
+    ``lightning`` (``trainer.lightning_keywords.LightningChoices``) gives the trackers, the project folder and
+    the strategy's engine settings.
+    """
+    lightning.launch_if_asked(precision)  # `python train.py` with devices > 1: run it in N processes, exit
+    log_with, project_dir, extra = lightning.log_with, lightning.project_dir, lightning.accelerator_kwargs
     if isinstance(accelerator, Accelerator):
         given = {k: v for k, v in (("log_with", log_with), ("project_dir", project_dir)) if v is not UNSET}
+        if extra:
+            given["strategy"] = "(options)"
         if given:
             raise ValueError(f"Trainer(accelerator=<Accelerator>) was given together with {sorted(given)}: set "
                              "them on the Accelerator you pass.")
@@ -53,7 +61,7 @@ def build_accelerator(accelerator: Any, precision: str | None, log_with: Any, pr
         log_with = "csv" if log_with is UNSET else log_with
         project_dir = "runs" if project_dir is UNSET else project_dir
         accelerator = Accelerator(cpu=accelerator == "cpu", mixed_precision=precision,
-                                  log_with=None if fast_dev_run else log_with, project_dir=project_dir)
+                                  log_with=None if fast_dev_run else log_with, project_dir=project_dir, **extra)
     if accelerator.gradient_accumulation_steps != 1:
         # The trainer decides every accumulation window itself (see Trainer._train_step); a second factor in the
         # engine would divide each loss again.
@@ -61,11 +69,14 @@ def build_accelerator(accelerator: Any, precision: str | None, log_with: Any, pr
                          "steps (gradient_accumulation_steps or ACCELERATE_GRADIENT_ACCUMULATION_STEPS), but the "
                          "Trainer owns accumulation: build the Accelerator with gradient_accumulation_steps=1 and "
                          f"pass Trainer(accumulate_grad_batches={accelerator.gradient_accumulation_steps}).")
+    rank_zero_only.rank = accelerator.process_index  # type: ignore[attr-defined]  # Lightning's rank_zero_* helpers
     return accelerator
 
 
-def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool) -> list[Callback]:
-    """The given callbacks plus the built-in ``ModelSummary`` (first) and ``ProgressBar`` (last) when enabled."""
+def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
+                    default_checkpoint: Callback | None = None) -> list[Callback]:
+    """The given callbacks plus the built-in ``ModelSummary`` (first) and ``ProgressBar`` (last) when enabled,
+    and ``default_checkpoint`` (Lightning's default ``ModelCheckpoint``) before the bar."""
     given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
     for callback in given:
         if not isinstance(callback, Callback):
@@ -77,6 +88,8 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool) -> 
     result = list(given)
     if model_summary and not any(isinstance(c, ModelSummary) for c in given):
         result.insert(0, ModelSummary())
+    if default_checkpoint is not None:
+        result.append(default_checkpoint)
     if progress_bar and not has_bar:
         result.append(ProgressBar())  # last, so it shows what the other callbacks logged
     return result

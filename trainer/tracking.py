@@ -16,8 +16,10 @@ class TrackerLink:
     finishes them too, so their files are complete.
     """
 
-    def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool) -> None:
+    def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool,
+                 autolog: bool = True) -> None:
         self.accelerator = accelerator
+        self.autolog = autolog  # Lightning's enable_autolog_hparams: hyperparameters as the run configuration
         self.state = state
         self.project_name = project_name
         self.enabled = enabled and bool(accelerator.log_with)
@@ -28,7 +30,7 @@ class TrackerLink:
         if self.started or not self.enabled:
             return
         config: dict[str, Any] = {}
-        for owner in owners:
+        for owner in owners if self.autolog else ():
             if owner is not None and owner.__dict__.get("_log_hyperparams", True):
                 config.update(owner.hparams)
         self.accelerator.init_trackers(self.project_name, config=config or None)

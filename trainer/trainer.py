@@ -23,6 +23,7 @@ from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationLoop, print_results
 from trainer.hooks import HookTable
+from trainer.lightning_keywords import LIGHTNING, accepts_model, resolve_lightning
 from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
@@ -94,6 +95,7 @@ class Trainer:
             a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
             finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
             ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
+        strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
 
     Parts, one job each (``trainer.py`` keeps the loop and the step body): ``config`` (the validated keywords),
     ``plan`` (prepared loaders, batch counts, validation cadence, optimisation mode), ``stop`` (the agreed stop,
@@ -172,6 +174,8 @@ class Trainer:
     is_global_zero = PartField("accelerator", "is_main_process")
     log_dir = PartField("accelerator", "logging_dir")
     checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
+    model = lightning_module = PartField("attached", "module")  # Lightning's names: the module, never a wrapper
+    logger, loggers = PartField("lightning", "logger"), PartField("lightning", "logger_views")  # Lightning-style
     default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
     sanity_checking = StageFlag("sanity_check")
     training = StageFlag("train")  # False during fit's validation
@@ -186,15 +190,22 @@ class Trainer:
                  gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
                  mixed_precision: str | None = None, precision: str | int | None = None,
                  val_check_interval: float = 1.0, check_val_every_n_epoch: int | None = 1,
-                 num_sanity_val_steps: int = 2, limit_train_batches: float = 1.0,
+                 num_sanity_val_steps: int | None = None, limit_train_batches: float = 1.0,
                  limit_val_batches: float = 1.0, limit_test_batches: float = 1.0,
                  limit_predict_batches: float = 1.0, fast_dev_run: bool | int = False,
-                 overfit_batches: float = 0.0, log_every_n_steps: int = 50, enable_checkpointing: bool = True,
-                 enable_progress_bar: bool = True, enable_model_summary: bool = True,
+                 overfit_batches: float = 0.0, log_every_n_steps: int = 50, enable_checkpointing: bool | None = None,
+                 enable_progress_bar: bool | None = None, enable_model_summary: bool | None = None,
                  callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = UNSET,
                  project_dir: str | None = UNSET, project_name: str = "ember", seed: int | None = None,
                  deterministic: bool = False, detect_anomaly: bool = False, on_nonfinite_loss: str = "raise",
-                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE) -> None:
+                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE,
+                 strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1, logger: Any = None,
+                 default_root_dir: str | None = None, benchmark: bool | None = None, inference_mode: bool = True,
+                 use_distributed_sampler: bool = True, profiler: Any = None, barebones: bool = False,
+                 plugins: Any = None, sync_batchnorm: bool = False, reload_dataloaders_every_n_epochs: int = 0,
+                 enable_autolog_hparams: bool = True, model_registry: str | None = None) -> None:
+        self.lightning = lightning = resolve_lightning({k: v for k, v in locals().items() if k in LIGHTNING}, UNSET)
+        enable_checkpointing, enable_progress_bar, enable_model_summary, num_sanity_val_steps = lightning.switches
         self.config = TrainerConfig.from_keywords(
             max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps, min_steps=min_steps,
             max_time=max_time, accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
@@ -208,27 +219,30 @@ class Trainer:
             preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
             project_name=project_name)
         config = self.config
-        self.accelerator = acc = build_accelerator(accelerator, config.precision, log_with, project_dir,
-                                                   config.fast_dev_run)
+        self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
         if seed is not None:
             set_seed(seed, deterministic=deterministic)
         elif deterministic:
             torch.use_deterministic_algorithms(True)
-        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary))
+        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary,
+                                                 lightning.default_checkpoint(config, callbacks, acc)))
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
         self.plan = RunPlan(acc)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
-        self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run)
+        self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
+                                    autolog=lightning.autolog_hparams)
         self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
-        self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers)
+        self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers,
+                                         lightning.inference_mode)
         self.checkpointer = Checkpointer(acc, self.state, self.plan, self.metric_logger, self.stop, self.loss_check,
                                          self.trackers, self.attached, self)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self._world = acc.num_processes
 
     # -- fit ----------------------------------------------------------------------------------------------------
+    @accepts_model
     def fit(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: DataModule | None = None, ckpt_path: str | None = None) -> None:
         """Train ``module`` on ``train_dataloaders`` (or ``datamodule``, or its own ``train_dataloader()``).
@@ -250,6 +264,7 @@ class Trainer:
         interrupt = one_line_interrupt(self.state, self.checkpointer.newest, self.accelerator.is_main_process)
         with interrupt, self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
             plan = self.plan
+            self.lightning.convert_module(module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
                            (self._manual_before_step, self._manual_after_step))
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
@@ -280,7 +295,7 @@ class Trainer:
             while not self._fit_done():
                 model.train()
                 metrics.reset_epoch()
-                self._set_epoch()
+                plan.set_epoch(state.epoch)
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps, self._world
@@ -432,13 +447,8 @@ class Trainer:
                 print(message, file=sys.stderr, flush=True)  # a SystemExit with a code prints nothing itself
             raise Preempted(self.config.preemption_exit_code, message)
 
-    def _set_epoch(self) -> None:
-        # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
-        set_epoch = getattr(self.plan.train_loader, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.state.epoch)
-
     # -- validate / test / predict ------------------------------------------------------------------------------
+    @accepts_model
     def validate(self, module: TrainModule | None = None, dataloaders: Any = None,
                  datamodule: DataModule | None = None, ckpt_path: str | None = None,
                  verbose: bool = True) -> list[dict[str, float]]:
@@ -448,11 +458,13 @@ class Trainer:
         """
         return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
 
+    @accepts_model
     def test(self, module: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
              ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
         """Run the test loop once; returns the epoch metrics, one dict per loader."""
         return self._evaluate_entry("test", module, dataloaders, datamodule, ckpt_path, verbose)
 
+    @accepts_model
     def predict(self, module: TrainModule | None = None, dataloaders: Any = None,
                 datamodule: DataModule | None = None, return_predictions: bool | None = None,
                 ckpt_path: str | None = None) -> list[Any] | None:
@@ -528,16 +540,7 @@ class Trainer:
         continues exactly; elsewhere at once. ``weights_only=True`` writes only the module's weights
         (``accelerator.save_model``), for inference. Every process must call it.
         """
-        if storage_options is not None:
-            raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
-                             "go to a local or mounted path.")
-        path, module = str(filepath), self.module
-        if weights_only and module is None:
-            raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
-        if weights_only:
-            self.checkpointer.run_at_boundary(lambda: self.accelerator.save_model(module, path))
-        else:
-            self.checkpointer.run_at_boundary(lambda: self.checkpointer.write(path))
+        self.checkpointer.save(filepath, weights_only, storage_options)
 
     def run_at_boundary(self, fn: Any) -> None:
         """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it.
@@ -561,11 +564,6 @@ class Trainer:
 
     # -- Lightning's read-only views ------------------------------------------------------------------------------
     @property
-    def lightning_module(self) -> TrainModule | None:
-        """The module being (or last) run; Lightning's name for ``trainer.module``."""
-        return self.module
-
-    @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The ``prog_bar=True`` metrics as Python numbers (reading it syncs the device once)."""
         return to_python(self.metric_logger.progress_bar_metrics)
@@ -573,11 +571,7 @@ class Trainer:
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps ``fit`` will take (``inf`` when unbounded), e.g. for ``OneCycleLR(total_steps=...)``."""
-        per_epoch, epochs, max_steps = self.plan.num_training_batches, self.config.max_epochs, self.config.max_steps
-        if per_epoch is None or epochs is None:
-            return max_steps if max_steps is not None else float("inf")
-        steps = -(-per_epoch // self.config.accumulate_grad_batches) * epochs
-        return min(steps, max_steps) if max_steps is not None else steps
+        return self.plan.estimated_steps(self.config)
 
     @property
     def should_stop(self) -> bool:

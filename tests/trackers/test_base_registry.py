@@ -11,6 +11,7 @@ from trackers import (
     CometMLTracker,
     CSVTracker,
     GeneralTracker,
+    MLflowTracker,
     TensorBoardTracker,
     WandBTracker,
     available_trackers,
@@ -81,19 +82,20 @@ def test_general_tracker_itself_needs_blank() -> None:
 
 def test_builtin_contract_attributes() -> None:
     table = {cls.name: (cls.requires_logging_directory, cls.main_process_only, cls.package, cls.extra)
-             for cls in (CSVTracker, TensorBoardTracker, WandBTracker, CometMLTracker)}
+             for cls in (CSVTracker, TensorBoardTracker, WandBTracker, CometMLTracker, MLflowTracker)}
     assert table == {
         "csv": (True, True, None, None),
         "tensorboard": (True, True, "tensorboard", "tensorboard"),
         "wandb": (False, True, "wandb", "wandb"),
         "comet_ml": (False, True, "comet_ml", "comet"),
+        "mlflow": (False, True, "mlflow", "mlflow"),
     }
 
 
 def test_builtins_are_registered_and_available() -> None:
     assert known_trackers()[:4] == ["csv", "tensorboard", "wandb", "comet_ml"]
-    # All four packages are installed in the test environment (csv needs none).
-    assert available_trackers() == ["csv", "tensorboard", "wandb", "comet_ml"]
+    # All five packages are installed in the test environment (csv needs none).
+    assert available_trackers() == ["csv", "tensorboard", "wandb", "comet_ml", "mlflow"]
     assert get_tracker_class("tensorboard") is TensorBoardTracker
     assert get_tracker_class("WandB") is WandBTracker  # names are case-insensitive
 
@@ -103,7 +105,7 @@ def test_unknown_name_lists_known_ones() -> None:
         get_tracker_class("tensorbored")
     message = str(info.value)
     assert "Unknown tracker 'tensorbored'" in message
-    assert "['csv', 'tensorboard', 'wandb', 'comet_ml']" in message and "register_tracker_class" in message
+    assert "['csv', 'tensorboard', 'wandb', 'comet_ml', 'mlflow']" in message and "register_tracker_class" in message
 
 
 class _NeedsMissingPackage(CSVTracker):

@@ -92,7 +92,7 @@ def test_log_with_forms_duplicates_and_all(monkeypatch: pytest.MonkeyPatch, tmp_
     hub = TrackerHub(["csv", CSVTracker, "CSV", instance, Recording], tmp_path, True)
     assert hub.names == ["csv", "recording"]  # first of each name wins
     assert TrackerHub(["all", instance], tmp_path, True).names == [*available_trackers(), "recording"]
-    assert TrackerHub("all", tmp_path, True).names == ["csv", "tensorboard", "wandb", "comet_ml"]
+    assert TrackerHub("all", tmp_path, True).names == ["csv", "tensorboard", "wandb", "comet_ml", "mlflow"]
     # A user-built instance is used as it is (init_kwargs do not apply to it).
     hub = TrackerHub([instance], None, True)
     hub.init("proj")

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import sys, tempfile
-heavy = ("tensorboard", "wandb", "comet_ml")
+heavy = ("tensorboard", "wandb", "comet_ml", "mlflow")
 import trackers
 loaded = [m for m in (*heavy, "tqdm") if m in sys.modules]
 assert not loaded, f"import trackers loaded {loaded}"
@@ -19,13 +19,14 @@ loaded = [m for m in heavy if m in sys.modules]
 assert not loaded, f"import engine loaded {loaded}"
 
 root = tempfile.mkdtemp()
-hub = engine.tracking.TrackerHub(["csv", "tensorboard", "wandb", "comet_ml"], root, is_main_process=True)
-built = [trackers.TensorBoardTracker("p", root), trackers.WandBTracker("p"), trackers.CometMLTracker("p")]
+hub = engine.tracking.TrackerHub(["csv", "tensorboard", "wandb", "comet_ml", "mlflow"], root, is_main_process=True)
+built = [trackers.TensorBoardTracker("p", root), trackers.WandBTracker("p"), trackers.CometMLTracker("p"),
+         trackers.MLflowTracker("p", root)]
 loaded = [m for m in heavy if m in sys.modules]
 assert not loaded, f"validating log_with or constructing trackers loaded {loaded}"
 
 built[0].start()  # starting one kind loads that backend and no other
-assert "tensorboard" in sys.modules and "wandb" not in sys.modules and "comet_ml" not in sys.modules
+assert "tensorboard" in sys.modules and not {"wandb", "comet_ml", "mlflow"} & set(sys.modules)
 built[0].finish()
 print("ok")
 """

@@ -14,7 +14,7 @@ from trainer import Trainer, TrainModule
 
 # Keyword arguments that keep a test Trainer quiet and free of files.
 QUIET: dict[str, Any] = {"log_with": None, "enable_progress_bar": False, "enable_model_summary": False,
-                         "num_sanity_val_steps": 0}
+                         "num_sanity_val_steps": 0, "enable_checkpointing": False}
 
 
 def data(n: int = 16, batch_size: int = 4, features: int = 3, seed: int = 0, shuffle: bool = False) -> DataLoader:

@@ -120,7 +120,8 @@ def main() -> None:
                                             fsdp_plugin=FullyShardedDataParallelPlugin())}
     trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0, deterministic=True,
                       log_every_n_steps=2, callbacks=callbacks, enable_progress_bar=False,
-                      enable_model_summary=False, preemption_exit_code=args.exit_code, **where)
+                      enable_model_summary=False, preemption_exit_code=args.exit_code,
+                      enable_checkpointing=not args.no_step_checkpoints, **where)
     model = Net()
     loader = DataLoader(Noisy(44, seed=1), batch_size=4, shuffle=True, num_workers=2,
                         multiprocessing_context="fork")

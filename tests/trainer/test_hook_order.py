@@ -38,13 +38,13 @@ def test_module_hooks_interleave_with_callbacks() -> None:
     recorder = Recorder(events)
     Trainer(**QUIET, max_epochs=1, limit_train_batches=1, callbacks=[recorder]).fit(module, data(), data(n=4))
     relevant = [e for e in events if e.removeprefix("module:") in hooks]
-    # Callbacks first, except at epoch ends where the module goes first (callbacks then see its metrics).
+    # Callbacks first, then the module, as in Lightning 2.6 (epoch ends included).
     assert relevant == ["setup", "module:setup", "on_fit_start", "module:on_fit_start",
                         "on_train_batch_start", "module:on_train_batch_start",
                         "on_before_optimizer_step", "module:on_before_optimizer_step",
                         "on_train_batch_end", "module:on_train_batch_end",
-                        "module:on_validation_epoch_end", "on_validation_epoch_end",
-                        "module:on_train_epoch_end", "on_train_epoch_end", "on_fit_end", "module:on_fit_end"]
+                        "on_validation_epoch_end", "module:on_validation_epoch_end",
+                        "on_train_epoch_end", "module:on_train_epoch_end", "on_fit_end", "module:on_fit_end"]
 
 
 def test_gradient_accumulation_steps_on_window_ends_and_the_last_batch() -> None:

@@ -1,0 +1,104 @@
+"""`TrainModule.load_from_checkpoint` / `DataModule.load_from_checkpoint`: rebuilt from saved hyper-parameters,
+weights loaded, overrides applied, and nothing unpickled unless the caller opts in."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import DataModule, Trainer
+
+
+class Data(DataModule):
+    def __init__(self, batch_size: int = 4, root: Any = "unused") -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.seen = 0
+
+    def train_dataloader(self) -> DataLoader:
+        return data(16, self.hparams.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": 7}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.seen = state_dict["seen"]
+
+
+class WithBackbone(Regressor):
+    def __init__(self, backbone: Any, lr: float = 0.05) -> None:
+        super().__init__(lr=lr)
+        self.backbone = backbone
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.loaded_keys = sorted(checkpoint)
+
+
+def _fit(module: Any, tmp_path: Path, datamodule: Any = None) -> Path:
+    trainer = Trainer(max_epochs=1, project_dir=str(tmp_path), **QUIET)
+    if datamodule is None:
+        trainer.fit(module, data())
+    else:
+        trainer.fit(module, datamodule=datamodule)
+    path = tmp_path / "ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+def test_module_is_rebuilt_from_hparams_with_weights_and_overrides(tmp_path: Path) -> None:
+    module = Regressor(lr=0.2, features=3)
+    path = _fit(module, tmp_path)
+    loaded = Regressor.load_from_checkpoint(path)
+    assert loaded.hparams == {"lr": 0.2, "features": 3}
+    assert torch.equal(loaded.net.weight, module.net.weight) and torch.equal(loaded.net.bias, module.net.bias)
+    assert Regressor.load_from_checkpoint(str(path), lr=0.5, unknown=1).hparams.lr == 0.5  # extra kwargs dropped
+    assert Regressor.load_from_checkpoint(path, map_location="cpu").net.weight.device.type == "cpu"
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        Regressor.load_from_checkpoint(path, features=4)
+    with pytest.raises(TypeError, match="map_location=...\\) takes a device"):
+        Regressor.load_from_checkpoint(path, map_location={"cuda:0": "cpu"})
+    hparams = tmp_path / "hp.yaml"
+    hparams.write_text("lr: 0.3\nfeatures: 3\n")
+    assert Regressor.load_from_checkpoint(path, hparams_file=hparams).hparams.lr == 0.3
+
+
+def test_non_plain_hparams_are_refused_unless_overridden_or_trusted(tmp_path: Path) -> None:
+    module = WithBackbone(backbone=PurePosixPath("/models/resnet"), lr=0.1)
+    path = _fit(module, tmp_path)
+    with pytest.raises(ValueError, match=r"'backbone' is a pathlib.PurePosixPath.*backbone=\.\.\..*weights_only=False"):
+        WithBackbone.load_from_checkpoint(path)
+    loaded = WithBackbone.load_from_checkpoint(path, backbone="given")
+    assert loaded.backbone == "given" and loaded.hparams.lr == 0.1
+    assert loaded.loaded_keys == ["epoch", "global_step", "hyper_parameters", "state_dict"]
+    trusted = WithBackbone.load_from_checkpoint(path, weights_only=False)
+    assert trusted.backbone == PurePosixPath("/models/resnet")
+    # Unpicklable values cannot be stored at all: they must come back as overrides.
+    module = WithBackbone(backbone=lambda x: x)
+    path = _fit(module, tmp_path / "lambda")
+    with pytest.raises(ValueError, match="could not be stored in the checkpoint: pass it again"):
+        WithBackbone.load_from_checkpoint(path, weights_only=False)
+
+
+def test_datamodule_is_rebuilt_with_its_state(tmp_path: Path) -> None:
+    path = _fit(Regressor(), tmp_path, datamodule=Data(batch_size=8))
+    dm = Data.load_from_checkpoint(path)
+    assert dm.hparams == {"batch_size": 8, "root": "unused"} and dm.seen == 7
+    assert Data.load_from_checkpoint(path, batch_size=2).hparams.batch_size == 2
+
+
+def test_bad_paths_and_weights_only_folders(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not .ckpt files"):
+        Regressor.load_from_checkpoint(tmp_path / "model.ckpt")
+    module = Regressor(lr=0.3)
+    trainer = Trainer(max_epochs=1, project_dir=str(tmp_path), **QUIET)
+    trainer.fit(module, data())
+    trainer.save_checkpoint(tmp_path / "weights", weights_only=True)
+    loaded = Regressor.load_from_checkpoint(tmp_path / "weights", lr=0.3)  # no hparams there: pass them
+    assert torch.equal(loaded.net.weight, module.net.weight)
+    with pytest.raises(Exception, match="weights-only folder"):
+        Data.load_from_checkpoint(tmp_path / "weights")

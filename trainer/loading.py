@@ -1,0 +1,128 @@
+"""``load_from_checkpoint`` for modules and data modules: rebuild from the saved hyper-parameters, then load.
+
+Reads an Ember checkpoint folder (the trainer's entry and ``model.safetensors``, both checked against the
+manifest) or a weights-only folder (``trainer.save_checkpoint(path, weights_only=True)``). Nothing is
+unpickled unless the caller passes ``weights_only=False``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import torch
+
+from engine import checkpointing as folders
+from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
+from engine.checksum import hash_file
+from trainer.checkpoint_format import FORMAT
+from trainer.hparams_io import decode_hparams
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def read_checkpoint(path: str | os.PathLike[str], unpickle: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """``(trainer entry or None, model weights file or None)`` of the checkpoint folder ``path``."""
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        hint = " Ember checkpoints are folders, not .ckpt files." if folder.endswith(".ckpt") else ""
+        raise FileNotFoundError(f"load_from_checkpoint({folder!r}): no such checkpoint folder.{hint} Pass a folder "
+                                "written by ModelCheckpoint or trainer.save_checkpoint.")
+    manifest = folders.read_manifest(folder)
+    if manifest is None:  # a weights-only folder (save_model): no manifest, no trainer entry
+        weights = next((n for n in _WEIGHT_FILES if os.path.exists(os.path.join(folder, n))), None)
+        return None, None if weights is None else os.path.join(folder, weights)
+    folders.check_sizes(folder, manifest)
+    entry = None
+    for name in sorted(manifest["files"]):
+        if name.startswith("custom_checkpoint_") and name.endswith(".pkl"):
+            candidate = load_torch(os.path.join(folder, name), allow_unsafe_pickle=unpickle)
+            if isinstance(candidate, dict) and candidate.get("format") == FORMAT:
+                entry = candidate
+                break
+    weights = next((n for n in _WEIGHT_FILES if n in manifest["files"]), None)
+    if weights is not None:
+        record = manifest["files"][weights]
+        if hash_file(os.path.join(folder, weights), record.algorithm) != record:
+            raise CheckpointError(f"{os.path.join(folder, weights)} does not match the checksum in its manifest.")
+    return entry, None if weights is None else os.path.join(folder, weights)
+
+
+def build(cls: type, encoded: dict[str, Any], overrides: dict[str, Any], unpickle: bool) -> Any:
+    """``cls(**hyper-parameters)``, keeping only the arguments ``cls.__init__`` takes (all with ``**kwargs``)."""
+    kwargs = decode_hparams(encoded, overrides, unpickle, cls.__name__)
+    parameters = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in parameters}
+    return cls(**kwargs)
+
+
+def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hparams_file: Any, strict: bool | None,
+                weights_only: bool | None, overrides: dict[str, Any]) -> Any:
+    """What ``TrainModule.load_from_checkpoint`` does (see there)."""
+    from trainer.hooks import overrides as is_overridden
+    from trainer.module import TrainModule
+
+    unpickle = weights_only is False
+    entry, weights_file = read_checkpoint(path, unpickle)
+    if weights_file is None:
+        raise CheckpointError(f"{os.fspath(path)} holds no full model weights (model.safetensors): a sharded FSDP "
+                              "checkpoint is loaded by trainer.fit(ckpt_path=...).")
+    encoded = (entry or {}).get("hyper_parameters", {}).get("module", {})
+    if hparams_file is not None:
+        encoded = read_hparams_file(hparams_file)
+    module = build(cls, encoded, overrides, unpickle)
+    if is_overridden(module, TrainModule, "configure_model"):
+        module.configure_model()
+    if weights_file.endswith(".safetensors"):
+        state_dict = load_safetensors(weights_file)
+    else:
+        state_dict = load_torch(weights_file, allow_unsafe_pickle=unpickle)
+    checkpoint = dict((entry or {}).get("checkpoint", {}))
+    checkpoint.update(state_dict=state_dict, hyper_parameters=dict(module.hparams))
+    module.on_load_checkpoint(checkpoint)
+    module.load_state_dict(checkpoint["state_dict"], strict=True if strict is None else strict)
+    device = _device(map_location)
+    return module if device is None else module.to(device)
+
+
+def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, weights_only: bool | None,
+                    overrides: dict[str, Any]) -> Any:
+    """What ``DataModule.load_from_checkpoint`` does (see there)."""
+    unpickle = weights_only is False
+    entry, _ = read_checkpoint(path, unpickle)
+    if entry is None:
+        raise CheckpointError(f"{os.fspath(path)} is a weights-only folder: it holds no data module "
+                              "hyper-parameters. Load a checkpoint written by ModelCheckpoint or "
+                              "trainer.save_checkpoint(path).")
+    encoded = entry.get("hyper_parameters", {}).get("datamodule", {})
+    if hparams_file is not None:
+        encoded = read_hparams_file(hparams_file)
+    datamodule = build(cls, encoded, overrides, unpickle)
+    state = entry.get("trainer", {}).get("datamodule")
+    if state:
+        datamodule.load_state_dict(state)
+    return datamodule
+
+
+def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Hyper-parameters from a YAML file (``yaml.safe_load``: plain data only), replacing the checkpoint's."""
+    import yaml
+
+    if not os.fspath(path).lower().endswith((".yaml", ".yml")):
+        raise ValueError(f"load_from_checkpoint(hparams_file={os.fspath(path)!r}) must be a .yaml / .yml file.")
+    with open(path, encoding="utf-8") as f:
+        loaded = yaml.safe_load(f) or {}
+    if not isinstance(loaded, dict):
+        raise TypeError(f"{os.fspath(path)} must hold a mapping of hyper-parameter name -> value.")
+    return loaded
+
+
+def _device(map_location: Any) -> torch.device | None:
+    if map_location is None:
+        return None
+    if isinstance(map_location, (str, torch.device)):
+        return torch.device(map_location)
+    raise TypeError(f"load_from_checkpoint(map_location=...) takes a device or a device string (Ember loads "
+                    f"weights through safetensors, not torch.load). Received: {map_location!r}.")

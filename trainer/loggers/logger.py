@@ -1,0 +1,219 @@
+"""`Logger`: Lightning's logger API as a thin view over one Ember tracker (the tracker does the logging).
+
+A logger given to ``Trainer(logger=...)`` hands its tracker to the engine, so everything ``self.log`` records
+reaches the same tracker the logger's own ``log_metrics`` writes to: there is one logging path. The view adds
+Lightning's names (``save_dir``, ``log_dir``, ``version``, ``experiment``, ...) and its rank-zero behaviour: on
+other ranks ``experiment`` is a do-nothing object and ``log_*`` calls are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from trackers import GeneralTracker, normalize_values
+from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
+
+
+class DummyExperiment:
+    """What ``experiment`` is on ranks other than 0: every attribute is a method that does nothing."""
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        """Do nothing."""
+
+    def __getattr__(self, _: str) -> Any:
+        return self.nop
+
+    def __getitem__(self, _: Any) -> DummyExperiment:
+        return self
+
+    def __setitem__(self, *_: Any) -> None:
+        pass
+
+
+class Logger:
+    """Base of the Lightning-named loggers; subclasses build their tracker in ``_build_tracker``.
+
+    Example:
+        >>> import tempfile
+        >>> from trainer.loggers import CSVLogger
+        >>> logger = CSVLogger(tempfile.mkdtemp(), name="demo")
+        >>> logger.version, logger.log_dir.endswith("demo/version_0")
+        (0, True)
+        >>> logger.log_metrics({"loss": 0.5}, step=1)
+        >>> logger.finalize("success")
+    """
+
+    def __init__(self) -> None:
+        self._tracker: GeneralTracker | None = None
+
+    # -- the tracker this logger is a view of -----------------------------------------------------------------
+    @property
+    def tracker(self) -> GeneralTracker:
+        """The Ember tracker doing the work (built on first use); the Trainer passes it to the engine."""
+        if self._tracker is None:
+            self._tracker = self._build_tracker()
+        return self._tracker
+
+    def _build_tracker(self) -> GeneralTracker:
+        """A user's own ``Logger`` subclass (Lightning style: it overrides ``log_metrics``) is driven through an
+        adapter tracker, so the engine calls its ``log_metrics`` / ``log_hyperparams`` / ``finalize``."""
+        if type(self).log_metrics is Logger.log_metrics:
+            raise TypeError(f"{type(self).__name__} is a Logger that defines no log_metrics(metrics, step): "
+                            "override log_metrics (and log_hyperparams, name, version) as for Lightning, or use "
+                            "one of CSVLogger, TensorBoardLogger, WandbLogger, CometLogger, MLFlowLogger.")
+        return LoggerTracker(self)
+
+    def _open(self) -> GeneralTracker:
+        """The tracker with its run open (opened here, before or after a Trainer run, when needed)."""
+        tracker = self.tracker
+        if tracker.tracker is None:
+            tracker.start()
+            tracker.opened_by_owner = True  # type: ignore[attr-defined]
+        return tracker
+
+    # -- Lightning's Logger API -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str | None:
+        """The experiment name."""
+        return None
+
+    @property
+    def version(self) -> int | str | None:
+        """The experiment version (a number, a run id)."""
+        return None
+
+    @property
+    def root_dir(self) -> str | None:
+        """The folder holding every version of this experiment (``None`` for remote loggers)."""
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        """This run's folder (``None`` for remote loggers)."""
+        return None
+
+    @property
+    def save_dir(self) -> str | None:
+        """The folder the experiments are saved under (``None`` for remote loggers)."""
+        return None
+
+    @property
+    def group_separator(self) -> str:
+        return "/"
+
+    @property
+    def experiment(self) -> Any:
+        """The backend's own object (a ``SummaryWriter``, a wandb run, ...) on rank 0; a do-nothing one elsewhere."""
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return DummyExperiment()
+        return self._open().tracker
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log ``metrics`` (numbers or one-element tensors; nested dicts become ``a/b``) at ``step``, on rank 0."""
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
+        self._open().log(normalize_values(dict(metrics)), step=step)
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace, *args: Any, **kwargs: Any) -> None:
+        """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
+        self._open().store_init_configuration(convert_params(params))
+
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Record the model graph where the backend supports it (TensorBoard); others do nothing, as in Lightning."""
+
+    def save(self) -> None:
+        """Flush: Ember's trackers write every ``log`` call through, so there is nothing left to flush."""
+
+    def finalize(self, status: str) -> None:
+        """Close the run (the Trainer closes it at the end of each run too)."""
+        if self._tracker is not None and self._tracker.tracker is not None:
+            self._tracker.finish()
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called after ``ModelCheckpoint`` saves (Lightning's hook; Ember's loggers upload nothing)."""
+
+
+def convert_params(params: Mapping[str, Any] | argparse.Namespace | None) -> dict[str, Any]:
+    """A plain dict from a dict / ``Namespace`` (nested dicts kept: each tracker flattens them its own way)."""
+    if params is None:
+        return {}
+    if isinstance(params, argparse.Namespace):
+        return dict(vars(params))
+    if not isinstance(params, Mapping):
+        raise TypeError(f"log_hyperparams takes a dict or an argparse.Namespace. Received: {type(params).__name__}.")
+    return {str(k): convert_params(v) if isinstance(v, argparse.Namespace) else v for k, v in params.items()}
+
+
+def check_prefix(logger: str, prefix: str | None) -> None:
+    """Ember's loggers take no ``prefix``: every ``self.log`` name reaches the tracker as it was logged."""
+    if prefix:
+        raise ValueError(f"{logger}(prefix={prefix!r}) is not supported: Ember sends every metric to the tracker "
+                         f"under the name it was logged with. Put the prefix in the names you log "
+                         f"(self.log('{prefix}-loss', ...)) instead.")
+
+
+def next_version(root: str) -> int:
+    """The next free ``version_N`` number under ``root`` (0 when it does not exist), as Lightning picks it."""
+    import os
+
+    if not os.path.isdir(root):
+        return 0
+    taken = [int(d[8:]) for d in os.listdir(root)
+             if d.startswith("version_") and d[8:].isdigit() and os.path.isdir(os.path.join(root, d))]
+    return max(taken, default=-1) + 1
+
+
+def warn_unused(logger: str, what: str) -> None:
+    rank_zero_warn(f"{logger}: {what}", stacklevel=3)
+
+
+class LoggerTracker(GeneralTracker):
+    """Drives a user's Lightning-style ``Logger`` subclass as an Ember tracker (rank 0 only, as in Lightning)."""
+
+    name = "logger"
+    requires_logging_directory = False
+
+    def __init__(self, logger: Logger) -> None:
+        super().__init__()
+        self.logger = logger
+        self.name = f"logger:{type(logger).__name__}:{id(logger)}"  # type: ignore[misc]  # one per logger object
+
+    @property
+    def tracker(self) -> Logger:
+        return self.logger
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.logger.log_hyperparams(values)
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.logger.log_metrics(values, step)
+
+    def finish(self) -> None:
+        self.logger.save()
+        self.logger.finalize("success")
+
+
+class TrackerLogger(Logger):
+    """A Lightning-style view of a tracker the engine runs (``trainer.loggers`` for ``log_with=`` trackers)."""
+
+    def __init__(self, tracker: GeneralTracker) -> None:
+        super().__init__()
+        self._tracker = tracker
+
+    @property
+    def name(self) -> str | None:
+        return getattr(self._tracker, "run_name", None)
+
+    @property
+    def log_dir(self) -> str | None:
+        return getattr(self._tracker, "run_dir", None) or getattr(self._tracker, "log_dir", None)
+
+    @property
+    def save_dir(self) -> str | None:
+        return getattr(self._tracker, "logging_dir", None)

@@ -1,0 +1,107 @@
+"""`TensorBoardLogger`: Lightning's TensorBoard logger as a view over Ember's ``TensorBoardTracker``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from trackers import TensorBoardTracker, normalize_values
+from trainer.loggers.csv_logs import _check_version
+from trainer.loggers.logger import Logger, check_prefix, convert_params, next_version
+from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
+
+
+class TensorBoardLogger(Logger):
+    """Event files in ``{save_dir}/{name}/version_{N}[/{sub_dir}]`` (Lightning's layout).
+
+    Args:
+        save_dir / name / version: as ``CSVLogger``.
+        log_graph: ``log_graph(model)`` adds the model graph (from ``model.example_input_array``).
+        default_hp_metric: ``log_hyperparams`` without metrics also logs ``hp_metric = -1``, as in Lightning, so
+            the hparams tab has a column to fill later.
+        prefix: not supported (a clear error).
+        sub_dir: a sub-folder of the version folder.
+        **kwargs: passed to ``torch.utils.tensorboard.SummaryWriter``.
+
+    Example:
+        >>> import tempfile
+        >>> logger = TensorBoardLogger(tempfile.mkdtemp(), name="exp")
+        >>> logger.log_dir.endswith(os.path.join("exp", "version_0"))
+        True
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str], name: str | None = "lightning_logs",
+                 version: int | str | None = None, log_graph: bool = False, default_hp_metric: bool = True,
+                 prefix: str = "", sub_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        check_prefix("TensorBoardLogger", prefix)
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = _check_version("TensorBoardLogger", version)
+        self._log_graph = bool(log_graph)
+        self._default_hp_metric = bool(default_hp_metric)
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+        self._writer_kwargs = kwargs
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(self.root_dir)
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str:
+        tracker_dir = getattr(self._tracker, "log_dir", None)
+        if tracker_dir is not None:
+            return tracker_dir
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        path = os.path.join(self.root_dir, version)
+        return path if self._sub_dir is None else os.path.join(path, self._sub_dir)
+
+    @property
+    def experiment(self) -> Any:
+        """The ``torch.utils.tensorboard.SummaryWriter`` (rank 0)."""
+        return super().experiment
+
+    def log_hyperparams(self, params: Any, metrics: Mapping[str, Any] | None = None, *args: Any,
+                        **kwargs: Any) -> None:
+        """The configuration into the hparams plugin; ``metrics`` (or ``hp_metric=-1``) as its first values."""
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
+        tracker = self._open()
+        tracker.store_init_configuration(convert_params(params))
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        if metrics:
+            tracker.log(normalize_values(dict(metrics)), step=0)
+
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Add ``model``'s graph, traced on ``input_array`` (default ``model.example_input_array``)."""
+        if not self._log_graph or rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            rank_zero_warn("TensorBoardLogger(log_graph=True) could not log the graph: the model has no "
+                           "`example_input_array`; set it in __init__ or call logger.log_graph(model, input).")
+            return
+        self.experiment.add_graph(model, input_array)
+
+    def _build_tracker(self) -> TensorBoardTracker:
+        run_name = os.path.relpath(self.log_dir, self._save_dir)
+        return TensorBoardTracker(run_name, self._save_dir, **self._writer_kwargs)
