@@ -29,14 +29,15 @@ under a condition. ``dataloader_idx`` is only passed to evaluation hooks and ste
         for each batch:
             on_train_batch_start(batch, batch_idx)     # the module returning -1 ends the epoch here
             # training_step(batch, batch_idx)
+            [on the first micro-batch of an accumulation window only:]
+                on_before_zero_grad(optimizer)         # the torch optimizer, as in Lightning 2.6
+                # optimizer.zero_grad()
             on_before_backward(loss)
             # backward (the loss divided by the accumulation factor)
             on_after_backward
             [on the last micro-batch of an accumulation window only:]
                 on_before_optimizer_step(optimizer)    # gradients synced, not clipped (still scaled under fp16)
-                # gradient clipping, optimizer.step()
-                on_before_zero_grad(optimizer)         # Lightning fires it after training_step at a window's
-                # optimizer.zero_grad(), step-interval schedulers      start instead (README: differences)
+                # gradient clipping, optimizer.step(), step-interval schedulers
             on_train_batch_end(outputs, batch, batch_idx)
             # step metrics go to the trackers every log_every_n_steps optimizer steps
             [validation, when val_check_interval / check_val_every_n_epoch say so:
@@ -199,7 +200,8 @@ class Callback:
         """Before ``optimizer.step()`` and before gradient clipping (under fp16 the gradients are still scaled)."""
 
     def on_before_zero_grad(self, trainer: TrainerView, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """After ``optimizer.step()``, before ``optimizer.zero_grad()``."""
+        """After ``training_step`` on an accumulation window's first batch, before ``optimizer.zero_grad()`` and the
+        backward (Lightning 2.6's place); ``optimizer`` is the torch optimizer."""
 
     # -- validation / test / predict --------------------------------------------------------------------------
     def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:

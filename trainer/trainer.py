@@ -354,6 +354,8 @@ class Trainer:
             # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.
             usual = isinstance(outputs, torch.Tensor) and outputs.ndim == 0 and outputs.requires_grad
             loss = outputs if usual else loss_of(outputs)
+            if batch_idx % k == 0:  # a window's first batch: zero the gradients here, as Lightning 2.6 does
+                self._zero_grad(batch_idx)
             if loss is None:
                 return outputs, None  # Lightning: returning None skips this batch's backward and step
             if self.loss_check.active:
@@ -394,15 +396,23 @@ class Trainer:
             module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
         else:
             optimizer.step()
-        for hook in hooks.overriders["on_before_zero_grad"]:
-            hook(optimizer)
-        if plan.custom_zero_grad:
-            module.optimizer_zero_grad(state.epoch, batch_idx, optimizer)
-        else:
-            optimizer.zero_grad()
         state.global_step += 1
         if self.schedulers.per_step and not getattr(optimizer, "step_was_skipped", False):
             self.schedulers.after_optimizer_step(state.global_step)
+
+    def _zero_grad(self, batch_idx: int) -> None:
+        """``on_before_zero_grad`` and ``optimizer_zero_grad`` with the torch optimizer (as Lightning passes it):
+        the engine's wrapper zeroes only on syncing micro-steps, and a window's first batch may not sync."""
+        hooks, module = self._hooks, self.module
+        assert hooks is not None and module is not None
+        optimizer = self.plan.optimizers[0]
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        for hook in hooks.overriders["on_before_zero_grad"]:
+            hook(optimizer)
+        if self.plan.custom_zero_grad:
+            module.optimizer_zero_grad(self.state.epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
 
     def _manual_before_step(self, optimizer: torch.optim.Optimizer) -> None:
         assert self._hooks is not None
