@@ -97,11 +97,8 @@ class Trainer:
             ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
         strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
 
-    Parts, one job each (``trainer.py`` keeps the loop and the step body): ``config`` (the validated keywords),
-    ``plan`` (prepared loaders, batch counts, validation cadence, optimisation mode), ``stop`` (the agreed stop,
-    ``max_time``, preemption), ``loss_check`` (the non-finite policy), ``schedulers`` (when each scheduler steps),
-    ``checkpointer`` (boundaries, saving, ``ckpt_path``, restoring), ``evaluation`` (validation / test / predict
-    loops), ``trackers`` (the engine's trackers) and ``metric_logger`` (what ``self.log`` recorded).
+    Parts, one job each (the README's "Inside the Trainer" lists them): ``config``, ``plan``, ``stop``,
+    ``loss_check``, ``schedulers``, ``checkpointer``, ``evaluation``, ``trackers``, ``metric_logger``.
 
     Resuming: ``fit(..., ckpt_path="last")`` continues from the newest committed checkpoint (bitwise as if
     never stopped), or starts fresh when there is none yet, so one command serves the first start and every
