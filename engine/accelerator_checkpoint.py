@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from engine import checkpointing as folders
 from engine.checkpoint_async import AsyncCheckpointer
+from engine.checkpoint_direct import read_into_module
 from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, atomic_write, save_safetensors, save_torch
 from engine.checkpoint_save import Failure, PrunePlan, SaveJob, describe, first_failure, raise_agreed
 from engine.checkpoint_state import (
@@ -394,7 +395,10 @@ class CheckpointingMixin:
                 raise CheckpointError(f"Checkpoint {loaded.folder} has no weights for model {i} (model.safetensors "
                                       "/ pytorch_model.bin): prepare the same models as when it was saved.")
             if fsdp is None:
-                model.load_state_dict(loaded.models[i], strict=strict)
+                name = loaded.model_files[i]
+                if not (name.endswith(".safetensors")
+                        and read_into_module(model, os.path.join(loaded.folder, name), strict)):
+                    model.load_state_dict(loaded.models[i], strict=strict)
             else:
                 fsdp.load_model_weights(model, loaded.models[i], strict=strict)
         for i, model in enumerate(self._models):

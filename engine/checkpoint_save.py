@@ -26,6 +26,7 @@ from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, Unsafe
 from engine.checkpoint_state import CapturedState, write_state
 from engine.checksum import FileRecord, default_algorithm, hash_file
 
+_PARALLEL_FILES = 3  # model, optimizer and the small files: more streams gain nothing on one disk
 Gather = Callable[[Any], list[Any]]
 Failure = tuple[str, str, int]  # (exception class name, message, rank)
 
@@ -118,8 +119,10 @@ class SaveJob:
         if self.shard_files is not None:
             for name in self.shard_files():
                 records[name] = hash_file(os.path.join(self.temp, name), default_algorithm())
-        with ThreadPoolExecutor(max_workers=2) as pool:  # checksums and write-back (see DurableWriter)
-            records.update(write_state(self.temp, pool, self.state, self.rank))
+        # Files written side by side; each one's checksum and write-back on the second pool (see DurableWriter).
+        with ThreadPoolExecutor(max_workers=_PARALLEL_FILES) as files, \
+                ThreadPoolExecutor(max_workers=2 * _PARALLEL_FILES) as pool:
+            records.update(write_state(self.temp, pool, self.state, self.rank, files))
         return records
 
     def _commit(self, all_records: list[dict[str, FileRecord]]) -> None:

@@ -22,9 +22,10 @@ Everything except the registered objects' own values is tensors and plain values
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -118,30 +119,41 @@ def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch
     return state
 
 
-def write_state(folder: str, pool: Executor, state: CapturedState, rank: int) -> dict[str, FileRecord]:
-    """Write ``state`` into ``folder``: this rank's own files, and the shared files if ``state`` holds them."""
-    records = {rng_name(rank): save_torch({"step": state.step, "rng": dict(state.rng)}, _join(folder, rng_name(rank)))}
+def write_state(folder: str, pool: Executor, state: CapturedState, rank: int,
+                files: Executor | None = None) -> dict[str, FileRecord]:
+    """Write ``state`` into ``folder``: this rank's own files, and the shared files if ``state`` holds them.
+
+    ``pool`` hashes and writes back each file's chunks while it is written (``DurableWriter``); with ``files``,
+    the files themselves are written concurrently on it (each file is independent, and a disk keeps up better
+    with several streams than with one waiting on each write in turn).
+    """
+    jobs: list[tuple[str, Callable[[], FileRecord]]] = [
+        (rng_name(rank), lambda: save_torch({"step": state.step, "rng": dict(state.rng)}, _join(folder, rng_name(rank))))]
     for i, position in state.dataloaders.items():
-        records[dataloader_name(i, rank)] = save_torch(position, _join(folder, dataloader_name(i, rank)))
+        jobs.append((dataloader_name(i, rank), partial(save_torch, position, _join(folder, dataloader_name(i, rank)))))
     for i, grads in state.gradients.items():
-        records[gradients_name(i, rank)] = save_safetensors(grads, _join(folder, gradients_name(i, rank)), pool)
+        jobs.append((gradients_name(i, rank), partial(save_safetensors, grads, _join(folder, gradients_name(i, rank)),
+                                                      pool)))
     for i, weights in enumerate(state.weights):
         name = model_name(i, state.safe_serialization)
         if state.safe_serialization:
-            records[name] = save_safetensors(weights, _join(folder, name), pool)
+            jobs.append((name, partial(save_safetensors, weights, _join(folder, name), pool)))
         else:
             # As returned by state_dict(): its `_metadata` (module versions) matters to load_state_dict.
-            records[name] = save_torch(weights if isinstance(weights, dict) else dict(weights), _join(folder, name),
-                                       pool)
+            plain = weights if isinstance(weights, dict) else dict(weights)
+            jobs.append((name, partial(save_torch, plain, _join(folder, name), pool)))
     for i, optimizer in enumerate(state.optimizers):
-        records[optimizer_name(i)] = save_torch(optimizer, _join(folder, optimizer_name(i)), pool)
+        jobs.append((optimizer_name(i), partial(save_torch, optimizer, _join(folder, optimizer_name(i)), pool)))
     for i, scheduler in enumerate(state.schedulers):
-        records[scheduler_name(i)] = save_torch(scheduler, _join(folder, scheduler_name(i)), pool)
+        jobs.append((scheduler_name(i), partial(save_torch, scheduler, _join(folder, scheduler_name(i)))))
     if state.scaler is not None:
-        records[SCALER_NAME] = save_torch(state.scaler, _join(folder, SCALER_NAME), pool)
+        jobs.append((SCALER_NAME, partial(save_torch, state.scaler, _join(folder, SCALER_NAME))))
     for i, custom in enumerate(state.custom):
-        records[custom_name(i)] = save_torch(custom, _join(folder, custom_name(i)), pool)
-    return records
+        jobs.append((custom_name(i), partial(save_torch, custom, _join(folder, custom_name(i)), pool)))
+    if files is None:
+        return {name: write() for name, write in jobs}
+    running = [(name, files.submit(write)) for name, write in jobs]
+    return {name: future.result() for name, future in running}  # every one waited for, the first error raised
 
 
 # -- loading ------------------------------------------------------------------------------------------------
