@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def measure(size_mb: int, rounds: int, directory: str | None, python: str | None
                 for who in order:
                     if who == "ember":
                         fn = ember.save_state if verb == "save" else ember.load_state
-                        times[f"ember {verb}"].append(_timed(lambda: fn(folders["ember"])))
+                        times[f"ember {verb}"].append(_timed(partial(fn, folders["ember"])))
                     elif other is not None:
                         times[f"accelerate {verb}"].append(other.run(verb, folders["accelerate"]))
             for folder in folders.values():

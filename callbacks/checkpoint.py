@@ -106,7 +106,7 @@ class ModelCheckpoint(Callback):
                              f"{every_n_epochs}, train_time_interval={train_time_interval}): these are alternatives; "
                              "set only one of them (add a second ModelCheckpoint for a second schedule).")
         if not isinstance(async_save, bool):
-            raise ValueError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
+            raise TypeError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
         self.dirpath = os.path.abspath(os.fspath(dirpath)) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor

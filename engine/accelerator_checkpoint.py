@@ -21,7 +21,13 @@ from torch.utils.hooks import RemovableHandle
 from engine import checkpointing as folders
 from engine.checkpoint_async import AsyncCheckpointer
 from engine.checkpoint_direct import read_into_module
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, atomic_write, save_safetensors, save_torch
+from engine.checkpoint_io import (
+    CheckpointError,
+    CorruptCheckpointError,
+    atomic_write,
+    save_safetensors,
+    save_torch,
+)
 from engine.checkpoint_save import Failure, PrunePlan, SaveJob, describe, first_failure, raise_agreed
 from engine.checkpoint_state import (
     CapturedState,
@@ -30,7 +36,7 @@ from engine.checkpoint_state import (
     read_checkpoint,
     restore_gradients,
 )
-from engine.checksum import FileRecord, default_algorithm, hash_file
+from engine.checksum import default_algorithm, hash_file
 from engine.config import ProjectConfiguration
 from engine.operations import broadcast_object_list, gather_object
 from engine.random import capture_rng_state, restore_rng_state
@@ -260,7 +266,11 @@ class CheckpointingMixin:
 
     @property
     def checkpoint_snapshot_bytes(self) -> int:
-        """Host memory held for asynchronous saves (the state's snapshot buffers, reused by every save)."""
+        """Host memory held for asynchronous saves (the state's snapshot buffers, reused by every save).
+
+        FSDP2 shards saved with SHARDED_STATE_DICT are staged by torch.distributed.checkpoint's own stager
+        (also reused between saves) and are not counted here.
+        """
         checkpointer = self._async_checkpointer
         return 0 if checkpointer is None else checkpointer.buffers.nbytes
 

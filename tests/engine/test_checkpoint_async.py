@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-import engine.checkpoint_io as checkpoint_io
-import engine.checkpoint_save as checkpoint_save
-from engine import Accelerator, ProjectConfiguration
+from engine import Accelerator, ProjectConfiguration, checkpoint_io, checkpoint_save
 from engine.checkpoint_io import CheckpointError
 from engine.checkpointing import committed_checkpoints
 from tests.engine.test_checkpoint import Run, assert_same_run

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.accelerator_checkpoint as accelerator_checkpoint
-from engine import Accelerator
+from engine import Accelerator, accelerator_checkpoint
 from engine.checkpoint_direct import read_into_module
 from engine.checkpoint_io import save_safetensors
 

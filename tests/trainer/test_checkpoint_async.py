@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import threading
 from typing import Any
 
 import pytest
 import torch
 
-import engine.checkpoint_io as checkpoint_io
 from callbacks import Callback, ModelCheckpoint
-from engine import Accelerator
+from engine import Accelerator, checkpoint_io
 from engine.checkpoint_io import CheckpointError
 from tests.trainer.helpers import QUIET, Regressor, data
 from tests.trainer.test_checkpoint import NOISY, _fit
@@ -104,5 +102,5 @@ def test_a_failed_background_write_is_raised_by_fit(tmp_path: Any, monkeypatch: 
 
 
 def test_async_save_must_be_a_bool() -> None:
-    with pytest.raises(ValueError, match=r"ModelCheckpoint\(async_save=...\) must be True or False. Received: 1"):
+    with pytest.raises(TypeError, match=r"ModelCheckpoint\(async_save=...\) must be True or False. Received: 1"):
         ModelCheckpoint(async_save=1)  # type: ignore[arg-type]
