@@ -15,6 +15,7 @@ between ranks).
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -120,7 +121,9 @@ class SaveJob:
             for name in self.shard_files():
                 records[name] = hash_file(os.path.join(self.temp, name), default_algorithm())
         # Files written side by side; each one's checksum and write-back on the second pool (see DurableWriter).
-        with ThreadPoolExecutor(max_workers=_PARALLEL_FILES) as files, \
+        # Named after the calling thread, so the background writer's helpers are recognisable as such.
+        name = f"{threading.current_thread().name}-files"
+        with ThreadPoolExecutor(max_workers=_PARALLEL_FILES, thread_name_prefix=name) as files, \
                 ThreadPoolExecutor(max_workers=2 * _PARALLEL_FILES) as pool:
             records.update(write_state(self.temp, pool, self.state, self.rank, files))
         return records

@@ -29,7 +29,7 @@ def held_writer(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     real = checkpoint_save.write_state
 
     def held(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name == WRITER:
+        if threading.current_thread().name.startswith(WRITER):
             assert release.wait(60), "the test never released the writer"
         return real(*args, **kwargs)
 
@@ -114,7 +114,7 @@ def _fail_writes_in_the_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     real = checkpoint_io._write_all
 
     def full(fd: int, view: memoryview) -> None:
-        if threading.current_thread().name == WRITER:
+        if threading.current_thread().name.startswith(WRITER):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd, view)
 

@@ -89,7 +89,7 @@ def test_a_failed_background_write_is_raised_by_fit(tmp_path: Any, monkeypatch: 
     real = checkpoint_io._write_all
 
     def full(fd: int, view: memoryview) -> None:
-        if threading.current_thread().name == "ember-checkpoint-writer":
+        if threading.current_thread().name.startswith("ember-checkpoint-writer"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd, view)
 
