@@ -184,3 +184,28 @@ def test_async_save_argument_is_checked(tmp_path: Path) -> None:
     acc.prepare(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="async_save='yes'"):
         acc.save_state(str(tmp_path / "c"), async_save="yes")  # type: ignore[arg-type]
+
+
+def test_snapshots_copy_every_dtype_and_layout_and_keep_ties_and_metadata() -> None:
+    from collections import OrderedDict
+
+    from engine.checkpoint_snapshot import SnapshotBuffers
+
+    shared = torch.randn(3, 4)
+    state: Any = OrderedDict(
+        bf16=torch.randn(5).to(torch.bfloat16), flags=torch.tensor([True, False]), scalar=torch.tensor(7),
+        empty=torch.empty(0, 3), strided=torch.randn(4, 6)[:, ::2], tied_a=shared, tied_b=shared,
+        nested={"xs": [torch.arange(3), (torch.ones(2), 1.5)], "name": "adamw"})
+    state._metadata = {"": {"version": 1}}
+    expected = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+    buffers = SnapshotBuffers()
+    buffers.begin()
+    snap = buffers.copy(state, ("model",))
+    buffers.end()
+    for value in (state["bf16"], state["strided"], shared):
+        value.add_(1)  # training changes the live state afterwards
+    for name in ("bf16", "flags", "scalar", "empty", "strided", "tied_a"):
+        assert torch.equal(snap[name], expected[name]) and snap[name].dtype == expected[name].dtype, name
+    assert snap["tied_a"] is snap["tied_b"]  # still one tensor: written once, as a tie
+    assert torch.equal(snap["nested"]["xs"][0], torch.arange(3)) and snap["nested"]["xs"][1][1] == 1.5
+    assert type(snap) is OrderedDict and snap._metadata == {"": {"version": 1}}
