@@ -81,6 +81,11 @@ class ModelCheckpoint(Callback):
         save_weights_only: save only the module's weights (``model.safetensors``, loadable with
             ``Module.load_from_checkpoint``); such folders cannot resume a run.
         enable_version_counter: a name already taken gets ``-v1``, ``-v2``... (``False``: replace it).
+        async_save: return to training as soon as the state is snapshotted and write the checkpoint in the
+            background (``Accelerator.save_state(async_save=True)``: still committed atomically, holding the
+            state at the save). Replaced checkpoints are deleted only once the new one is committed; a failed
+            write is raised at the next save or at the end of ``fit``; saves on preemption and ``max_time`` are
+            synchronous.
 
     Example:
         >>> checkpoint = ModelCheckpoint(dirpath="ckpt", filename="epoch={epoch}-step={step}-{val/acc:.3f}",
@@ -94,7 +99,7 @@ class ModelCheckpoint(Callback):
                  every_n_train_steps: int | None = None, every_n_epochs: int | None = None,
                  train_time_interval: timedelta | float | None = None, save_on_train_epoch_end: bool | None = None,
                  auto_insert_metric_name: bool = True, verbose: bool = False, save_weights_only: bool = False,
-                 enable_version_counter: bool = True) -> None:
+                 enable_version_counter: bool = True, async_save: bool = False) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"ModelCheckpoint(mode=...) must be 'min' or 'max'. Received: {mode!r}.")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
@@ -114,6 +119,8 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs="
                              f"{every_n_epochs}, train_time_interval={train_time_interval}): these are alternatives; "
                              "set only one of them (add a second ModelCheckpoint for a second schedule).")
+        if not isinstance(async_save, bool):
+            raise TypeError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
         self.dirpath = os.path.abspath(os.fspath(dirpath)) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
@@ -125,6 +132,7 @@ class ModelCheckpoint(Callback):
         self.verbose = verbose
         self.save_weights_only = bool(save_weights_only)
         self.enable_version_counter = bool(enable_version_counter)
+        self.async_save = async_save
         self._every_n_train_steps = steps
         self._every_n_epochs = epochs if (steps or epochs or interval) else 1
         self._train_time_interval = interval
@@ -147,6 +155,7 @@ class ModelCheckpoint(Callback):
         self._before_validation: Any = None
         self._last_time = 0.0
         self._warned_stale = False
+        self._removal_waits_for_commit = False  # _pending_removal goes once the async save in flight commits
 
     @property
     def state_key(self) -> str:
@@ -245,7 +254,8 @@ class ModelCheckpoint(Callback):
         The trainer calls it at a boundary on preemption and at ``max_time``, so ``ckpt_path="last"`` resumes
         exactly there.
         """
-        self._save(trainer, None, trainer.current_epoch, trainer.global_step, keep_as_last=True)
+        # Synchronous, also with async_save: the process is about to stop, the checkpoint must be on disk.
+        self._save(trainer, None, trainer.current_epoch, trainer.global_step, keep_as_last=True, sync=True)
 
     # -- deciding -----------------------------------------------------------------------------------------------
     def _epoch_due(self, trainer: TrainerView) -> bool:
@@ -325,7 +335,9 @@ class ModelCheckpoint(Callback):
         return kept
 
     # -- saving and rotating ------------------------------------------------------------------------------------
-    def _save(self, trainer: TrainerView, score: float | None, epoch: int, step: int, keep_as_last: bool) -> None:
+    def _save(self, trainer: TrainerView, score: float | None, epoch: int, step: int, keep_as_last: bool,
+              sync: bool = False) -> None:
+        self.finish_pending(trainer)
         k = self.save_top_k
         if self.monitor is None:
             ranked, enters = False, k != 0  # unranked: the newest are kept
@@ -370,16 +382,36 @@ class ModelCheckpoint(Callback):
             self.best_model_path = best(scores, key=scores.__getitem__)
         self._pending_removal = sorted(evicted - self._kept())
         self._last_global_step_saved, self._last_time = trainer.global_step, time.monotonic()
+        asynchronous = self.async_save and not sync
         try:  # the checkpoint holds this bookkeeping, itself included
-            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
         except BaseException:
             self.load_state_dict(before)
             raise
-        self._remove(trainer, self._pending_removal)
-        self._pending_removal = []
+        if asynchronous:  # not committed yet: the replaced ones stay until it is (the next save, or fit's end)
+            self._removal_waits_for_commit = True
+        else:
+            self._remove(trainer, self._pending_removal)
+            self._pending_removal = []
         if self.verbose and trainer.is_global_zero:
             what = f"{self.monitor}={score:.6g}, " if score is not None else ""
-            print(f"ModelCheckpoint: saved {path} ({what}epoch {epoch}, step {step}).")
+            print(f"ModelCheckpoint: saved {path} ({what}epoch {epoch}, step {step}"
+                  f"{', written in the background' if asynchronous else ''}).")
+
+    def finish_pending(self, trainer: TrainerView) -> None:
+        """Wait for this callback's asynchronous save in flight, then delete the checkpoints it replaced.
+
+        Called by the next save, at the end of ``fit`` and by the trainer before a preempted process stops.
+        """
+        if not self._removal_waits_for_commit:
+            return
+        trainer.accelerator.wait_for_checkpoint()  # raises, naming the checkpoint, if its write failed
+        self._removal_waits_for_commit = False
+        self._remove(trainer, self._pending_removal)
+        self._pending_removal = []
+
+    def on_fit_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        self.finish_pending(trainer)
 
     @staticmethod
     def _remove(trainer: TrainerView, paths: list[str]) -> None:

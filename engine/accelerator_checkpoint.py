@@ -9,7 +9,6 @@ restores the data loaders' positions, pending gradients and ``project_configurat
 from __future__ import annotations
 
 import os
-import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,29 +19,27 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from engine import checkpointing as folders
+from engine.checkpoint_async import AsyncCheckpointer
+from engine.checkpoint_direct import read_into_module
 from engine.checkpoint_io import (
     CheckpointError,
     CorruptCheckpointError,
-    UnsafeCheckpointError,
     atomic_write,
     save_safetensors,
     save_torch,
 )
+from engine.checkpoint_save import Failure, PrunePlan, SaveJob, describe, first_failure, raise_agreed
 from engine.checkpoint_state import (
+    CapturedState,
     LoadedCheckpoint,
+    capture_state,
     read_checkpoint,
     restore_gradients,
-    write_rank_files,
-    write_shared_files,
 )
-from engine.checksum import FileRecord, default_algorithm, hash_file
+from engine.checksum import default_algorithm, hash_file
 from engine.config import ProjectConfiguration
 from engine.operations import broadcast_object_list, gather_object
 from engine.random import capture_rng_state, restore_rng_state
-
-# Exceptions that keep their class when one rank reports them to the others.
-_SHARED_ERRORS: dict[str, type[Exception]] = {cls.__name__: cls for cls in (
-    CorruptCheckpointError, UnsafeCheckpointError, CheckpointError, RuntimeError, ValueError, TypeError, OSError)}
 
 
 def _holds_shards(manifest: dict[str, Any]) -> bool:
@@ -82,6 +79,7 @@ class CheckpointingMixin:
         self._save_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
         self._load_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
         self._resumed_from: str | None = None  # never pruned: the run may still need to go back to it
+        self._async_checkpointer: AsyncCheckpointer | None = None  # created by the first async_save
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (anything with ``state_dict`` / ``load_state_dict``) with the checkpoint."""
@@ -119,30 +117,24 @@ class CheckpointingMixin:
             return bool(self.state.is_local_main_process)
         return bool(self.state.is_main_process)
 
-    def _agree(self, error: BaseException | None) -> tuple[str, str, int] | None:
+    def _gather(self, obj: Any) -> list[Any]:
+        """``obj`` from every rank over the default process group (``[obj]`` in one process)."""
+        return gather_object([obj]) if self.state.use_distributed else [obj]
+
+    def _agree(self, error: BaseException | None) -> Failure | None:
         """Tell every rank about the first failure on any rank (class name, message, rank), or None.
 
         Every rank calls this at the same point whether or not it failed, so a failure on one rank becomes an
         exception on all of them instead of a hang in the next collective.
         """
-        mine = None if error is None else (type(error).__name__, str(error) or traceback.format_exc(limit=3))
-        if not self.state.use_distributed:
-            return None if mine is None else (*mine, self.state.process_index)
-        for rank, failure in sorted(gather_object([(self.state.process_index, mine)]), key=lambda o: o[0]):
-            if failure is not None:
-                return (*failure, rank)
-        return None
+        return first_failure(self._gather((self.state.process_index, describe(error))))
 
-    def _raise_agreed(self, failure: tuple[str, str, int], local: BaseException | None) -> None:
-        kind, message, rank = failure
-        if local is not None and rank == self.state.process_index:
-            raise local
-        cls = _SHARED_ERRORS.get(kind, CheckpointError)
-        raise cls(f"{message} (on rank {rank})" if kind in _SHARED_ERRORS else f"{kind} on rank {rank}: {message}")
+    def _raise_agreed(self, failure: Failure, local: BaseException | None) -> None:
+        raise_agreed(failure, local, self.state.process_index)
 
     # -- save -------------------------------------------------------------------------------------------------
-    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> str:
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
+                   async_save: bool = False, **save_model_func_kwargs: Any) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects.
 
         The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
@@ -151,7 +143,13 @@ class CheckpointingMixin:
         ``{project_dir}/checkpoints/checkpoint_{n}`` (``n`` continues after the highest existing one) and, after the
         commit, checkpoints beyond ``total_limit`` are pruned (never the newest one nor the one resumed from). An
         explicit ``output_dir`` is used as given, even with automatic naming (Accelerate ignores it); saving again
-        into it replaces the previous checkpoint there as a whole. Returns the committed folder.
+        into it replaces the previous checkpoint there as a whole. Returns the folder (committed, or to be).
+
+        With ``async_save=True`` the call returns once the state is copied into host buffers reused from save to
+        save (``checkpoint_snapshot_bytes``); a background thread writes and commits it while training goes on,
+        and the checkpoint holds the state as it was at the call. One save is in flight at a time: the next
+        ``save_state``, ``load_state``, ``wait_for_checkpoint()`` or ``end_training()`` waits for it and raises
+        ``CheckpointError`` naming the checkpoint if its write failed (nothing of it is then visible).
 
         >>> import tempfile
         >>> from engine import Accelerator
@@ -160,11 +158,17 @@ class CheckpointingMixin:
         >>> folder = accelerator.save_state(os.path.join(tempfile.mkdtemp(), "ckpt"))
         >>> sorted(os.listdir(folder))
         ['manifest.json', 'model.safetensors', 'random_states_0.pkl']
+        >>> later = accelerator.save_state(os.path.join(tempfile.mkdtemp(), "ckpt"), async_save=True)
+        >>> accelerator.wait_for_checkpoint() == later
+        True
         """
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected keyword arguments {sorted(save_model_func_kwargs)}: "
                             "Accelerate passes them to DeepSpeed, which Ember does not support. Remove them.")
+        if not isinstance(async_save, bool):
+            raise TypeError(f"save_state(async_save={async_save!r}): pass True or False.")
         rng_state = capture_rng_state()  # first: whatever runs below must not shift what gets saved
+        self.wait_for_checkpoint()  # one save in flight at most; a failed one is raised here, naming it
         config = self.project_configuration
         auto = output_dir is None
         if auto and not config.automatic_checkpoint_naming:
@@ -186,53 +190,90 @@ class CheckpointingMixin:
         if plan[0][0] != "ok":
             self._raise_agreed((plan[0][0], plan[0][1], 0), plan_error)
         final, temp, number = plan[0][1]
+        prune = None
+        if auto and config.total_limit is not None:
+            prune = PrunePlan(os.path.dirname(final), config.total_limit,
+                              [self._resumed_from] if self._resumed_from else [])
+        job = SaveJob(final=final, temp=temp, number=number, rank=self.state.process_index,
+                      world_size=self.state.num_processes, writer=self._is_checkpoint_writer,
+                      state=CapturedState(step=self.step, rng=rng_state), prune=prune)
+        error: BaseException | None = None
+        try:
+            job.state = self._capture(job, rng_state, safe_serialization, async_save)
+        except Exception as err:  # noqa: BLE001 - shared with every rank (by the job, or just below)
+            error = err
+        if async_save:
+            failure = self._agree(error)  # start writing only if every rank has its snapshot
+            if failure is not None:
+                if job.writer and os.path.isdir(temp):
+                    folders.remove_folder(temp)
+                self._raise_agreed(failure, error)
+            checkpointer = self._async_checkpointer
+            assert checkpointer is not None
+            checkpointer.start(job)
+        else:
+            job.run(self._gather, error)
+        config.iteration = number + 1 if number is not None else config.iteration + 1
+        return final
 
+    def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool,
+                 async_save: bool) -> CapturedState:
+        """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
         # Weights and hooks run on every rank (gathering a sharded model's state is collective). With an FSDP
         # plugin asking for SHARDED_STATE_DICT, models and optimizers are written as per-rank shards instead.
         fsdp = _fsdp_io(self.state.fsdp_plugin)
         sharded, optimizers = (False, list(self._optimizers)) if fsdp is None else fsdp.prepare_save(
             self.state.fsdp_plugin, self._models, self._optimizers, self.gradient_state.sync_gradients)
         weights = [] if sharded else [self.get_state_dict(model, unwrap=False) for model in self._models]
-        records: dict[str, FileRecord] = {}
-        error: BaseException | None = None
+        os.makedirs(job.temp, exist_ok=True)  # with save_on_each_node, each node's disk needs its own
+        checkpointer = None
+        if async_save:
+            if self._async_checkpointer is None:
+                self._async_checkpointer = AsyncCheckpointer()
+            checkpointer = self._async_checkpointer
+            checkpointer.group(self.state.use_distributed)  # a collective: before anything that may fail
+        if sharded:  # a collective: before anything that could fail on one rank only
+            if checkpointer is None:
+                for name in fsdp.save_shards(job.temp, self._models, self._optimizers, self.state.process_index):
+                    job.records[name] = hash_file(os.path.join(job.temp, name), default_algorithm())
+            else:
+                job.shard_files = fsdp.async_save_shards(
+                    job.temp, self._models, self._optimizers, self.state.process_index,
+                    lambda name: checkpointer.shard_channel(name, self.state.use_distributed))
+        for hook in self._save_model_state_pre_hook.values():  # user code: may fail on one rank only
+            hook(self._models, weights, job.temp)
+        state = capture_state(step=self.step, rng_state=rng_state, models=self._models,
+                              dataloaders=self._dataloaders, shared=job.writer, weights=weights,
+                              optimizers=optimizers, schedulers=self._schedulers, scaler=self.scaler,
+                              custom_objects=self._custom_objects, safe_serialization=safe_serialization)
+        if checkpointer is None:
+            return state
+        buffers = checkpointer.buffers
+        buffers.begin()
         try:
-            os.makedirs(temp, exist_ok=True)
-            if sharded:  # a collective: before anything that could fail on one rank only
-                for name in fsdp.save_shards(temp, self._models, self._optimizers, self.state.process_index):
-                    records[name] = hash_file(os.path.join(temp, name), default_algorithm())
-            for hook in self._save_model_state_pre_hook.values():  # user code: may fail on one rank only
-                hook(self._models, weights, temp)
-            with ThreadPoolExecutor(max_workers=2) as pool:  # checksums and write-back (see DurableWriter)
-                records.update(write_rank_files(temp, pool, rank=self.state.process_index, step=self.step,
-                                                rng_state=rng_state, models=self._models,
-                                                dataloaders=self._dataloaders))
-                if self._is_checkpoint_writer:
-                    records.update(write_shared_files(
-                        temp, pool, weights=weights, optimizers=optimizers, schedulers=self._schedulers,
-                        scaler=self.scaler, custom_objects=self._custom_objects,
-                        safe_serialization=safe_serialization))
-        except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
-            error = err
-        all_records = gather_object([records]) if self.state.use_distributed else [records]
-        failure = self._agree(error)
-        if failure is None and self._is_checkpoint_writer:
-            try:
-                self._commit(temp, final, all_records, number)
-            except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
-                error = err
-            failure = self._agree(error)
-        elif failure is None:
-            failure = self._agree(None)
-        if failure is not None:
-            if self._is_checkpoint_writer and os.path.isdir(temp):
-                folders.remove_folder(temp)
-            self._raise_agreed(failure, error)
+            snapshot = CapturedState(**{name: buffers.copy(value, (name,)) for name, value in vars(state).items()})
+        finally:
+            buffers.end()
+        job.before_write = buffers.ready
+        return snapshot
 
-        if auto and config.total_limit is not None and self._is_checkpoint_writer:
-            protect = [self._resumed_from] if self._resumed_from else []
-            folders.prune(os.path.dirname(final), config.total_limit, protect)
-        config.iteration = number + 1 if number is not None else config.iteration + 1
-        return final
+    def wait_for_checkpoint(self) -> str | None:
+        """Block until the asynchronous save in flight (if any) is committed; returns its folder, or None.
+
+        Raises ``CheckpointError`` naming the checkpoint if its background write failed.
+        """
+        checkpointer = self._async_checkpointer
+        return None if checkpointer is None else checkpointer.wait()
+
+    @property
+    def checkpoint_snapshot_bytes(self) -> int:
+        """Host memory held for asynchronous saves (the state's snapshot buffers, reused by every save).
+
+        FSDP2 shards saved with SHARDED_STATE_DICT are staged by torch.distributed.checkpoint's own stager
+        (also reused between saves) and are not counted here.
+        """
+        checkpointer = self._async_checkpointer
+        return 0 if checkpointer is None else checkpointer.buffers.nbytes
 
     def _check_same_folder(self, output_dir: str | os.PathLike[str] | None) -> None:
         """Refuse, on every rank and before anything is written, a save where the ranks name different folders.
@@ -269,19 +310,6 @@ class CheckpointingMixin:
         folders.check_replaceable(final)
         return final, folders.new_temp_folder(final), None
 
-    def _commit(self, temp: str, final: str, all_records: list[dict[str, FileRecord]], number: int | None) -> None:
-        records: dict[str, FileRecord] = {}
-        for rank_records in all_records:
-            records.update(rank_records)
-        present = set(folders.list_files(temp))
-        # Files a pre-hook wrote are part of the checkpoint too; with save_on_each_node, files other nodes
-        # wrote to their own disks are not on this one.
-        files = {name: record for name, record in records.items() if name in present}
-        files.update({name: hash_file(os.path.join(temp, name), default_algorithm()) for name in present - set(records)})
-        folders.write_manifest(temp, files, step=self.step, iteration=number,
-                               world_size=self.state.num_processes)
-        folders.commit(temp, final)
-
     # -- load -------------------------------------------------------------------------------------------------
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
                    *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> str:
@@ -299,6 +327,7 @@ class CheckpointingMixin:
             hint = " Use allow_unsafe_pickle=True instead of weights_only." if "weights_only" in unknown else ""
             raise TypeError(f"load_state() got unsupported options {unknown}: it accepts strict= and "
                             f"map_location=.{hint}")
+        self.wait_for_checkpoint()  # the save in flight may be the very checkpoint asked for
         map_location = options.get("map_location", "cpu")
         if map_location == "on_device":
             map_location = self.state.device
@@ -396,7 +425,10 @@ class CheckpointingMixin:
                 raise CheckpointError(f"Checkpoint {loaded.folder} has no weights for model {i} (model.safetensors "
                                       "/ pytorch_model.bin): prepare the same models as when it was saved.")
             if fsdp is None:
-                model.load_state_dict(loaded.models[i], strict=strict)
+                name = loaded.model_files[i]
+                if not (name.endswith(".safetensors")
+                        and read_into_module(model, os.path.join(loaded.folder, name), strict)):
+                    model.load_state_dict(loaded.models[i], strict=strict)
             else:
                 fsdp.load_model_weights(model, loaded.models[i], strict=strict)
         for i, model in enumerate(self._models):

@@ -35,9 +35,13 @@ class TrackingMixin:
         return self._tracker_hub.trackers
 
     def end_training(self) -> None:
-        """Finish every tracker, then destroy the process group (no collective may run after this)."""
-        self._tracker_hub.finish()
-        self.state.destroy_process_group()  # type: ignore[attr-defined]
+        """Wait for an asynchronous checkpoint in flight, finish every tracker, then destroy the process group
+        (no collective may run after this)."""
+        try:
+            self.wait_for_checkpoint()  # type: ignore[attr-defined]
+        finally:
+            self._tracker_hub.finish()
+            self.state.destroy_process_group()  # type: ignore[attr-defined]
 
     def finish_trackers(self) -> None:
         """Finish every tracker but keep the process group (``end_training`` does both); safe to call twice."""

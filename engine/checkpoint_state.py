@@ -22,9 +22,10 @@ Everything except the registered objects' own values is tensors and plain values
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -72,37 +73,35 @@ def _join(folder: str, name: str) -> str:
 
 
 # -- saving -------------------------------------------------------------------------------------------------
-def write_shared_files(folder: str, pool: Executor, *, weights: list[Mapping[str, torch.Tensor]],
-                       optimizers: list[Any], schedulers: list[Any], scaler: Any, custom_objects: list[Any],
-                       safe_serialization: bool) -> dict[str, FileRecord]:
-    """Write the state every rank shares (models, optimizers, schedulers, scaler, registered objects)."""
-    records: dict[str, FileRecord] = {}
-    for i, state in enumerate(weights):
-        name = model_name(i, safe_serialization)
-        if safe_serialization:
-            records[name] = save_safetensors(state, _join(folder, name), pool)
-        else:
-            # As returned by state_dict(): its `_metadata` (module versions) matters to load_state_dict.
-            records[name] = save_torch(state if isinstance(state, dict) else dict(state), _join(folder, name), pool)
-    for i, optimizer in enumerate(optimizers):
-        records[optimizer_name(i)] = save_torch(optimizer.state_dict(), _join(folder, optimizer_name(i)), pool)
-    for i, scheduler in enumerate(schedulers):
-        records[scheduler_name(i)] = save_torch(scheduler.state_dict(), _join(folder, scheduler_name(i)), pool)
-    if scaler is not None:
-        records[SCALER_NAME] = save_torch(scaler.state_dict(), _join(folder, SCALER_NAME), pool)
-    for i, obj in enumerate(custom_objects):
-        records[custom_name(i)] = save_torch(obj.state_dict(), _join(folder, custom_name(i)), pool)
-    return records
+@dataclass
+class CapturedState:
+    """What one rank writes into a checkpoint, as ``state_dict()`` values taken at the moment of the save.
+
+    ``weights`` .. ``custom`` (the shared state) are empty on ranks that do not write it. The values may be the
+    live tensors (a synchronous save writes them at once) or a snapshot of them (``engine.checkpoint_snapshot``).
+    """
+
+    step: int
+    rng: Mapping[str, Any]
+    dataloaders: dict[int, Any] = field(default_factory=dict)
+    gradients: dict[int, Mapping[str, torch.Tensor]] = field(default_factory=dict)
+    weights: list[Mapping[str, torch.Tensor]] = field(default_factory=list)
+    optimizers: list[Any] = field(default_factory=list)
+    schedulers: list[Any] = field(default_factory=list)
+    scaler: Any = None
+    custom: list[Any] = field(default_factory=list)
+    safe_serialization: bool = True
 
 
-def write_rank_files(folder: str, pool: Executor, *, rank: int, step: int, rng_state: Mapping[str, Any],
-                     models: list[torch.nn.Module], dataloaders: list[Any]) -> dict[str, FileRecord]:
-    """Write this rank's own state: RNG states and step, data loader positions, pending gradients."""
-    records = {rng_name(rank): save_torch({"step": step, "rng": dict(rng_state)}, _join(folder, rng_name(rank)))}
+def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch.nn.Module],
+                  dataloaders: list[Any], shared: bool, weights: list[Mapping[str, torch.Tensor]],
+                  optimizers: list[Any], schedulers: list[Any], scaler: Any, custom_objects: list[Any],
+                  safe_serialization: bool) -> CapturedState:
+    """Collect every ``state_dict()`` a checkpoint holds for this rank (``shared``: also the shared state)."""
+    state = CapturedState(step=step, rng=dict(rng_state), safe_serialization=safe_serialization)
     for i, loader in enumerate(dataloaders):
         if callable(getattr(loader, "state_dict", None)):
-            name = dataloader_name(i, rank)
-            records[name] = save_torch(loader.state_dict(), _join(folder, name))
+            state.dataloaders[i] = loader.state_dict()
     for i, model in enumerate(models):
         # Mid-accumulation, .grad holds micro-steps not yet applied (and, under DDP, not yet all-reduced):
         # without them a resumed run would take a different optimizer step.
@@ -110,9 +109,51 @@ def write_rank_files(folder: str, pool: Executor, *, rank: int, step: int, rng_s
         grads = {name: p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
                  for name, p in model.named_parameters() if p.grad is not None}
         if grads:
-            name = gradients_name(i, rank)
-            records[name] = save_safetensors(grads, _join(folder, name), pool)
-    return records
+            state.gradients[i] = grads
+    if shared:
+        state.weights = list(weights)
+        state.optimizers = [optimizer.state_dict() for optimizer in optimizers]
+        state.schedulers = [scheduler.state_dict() for scheduler in schedulers]
+        state.scaler = None if scaler is None else scaler.state_dict()
+        state.custom = [obj.state_dict() for obj in custom_objects]
+    return state
+
+
+def write_state(folder: str, pool: Executor, state: CapturedState, rank: int,
+                files: Executor | None = None) -> dict[str, FileRecord]:
+    """Write ``state`` into ``folder``: this rank's own files, and the shared files if ``state`` holds them.
+
+    ``pool`` hashes and writes back each file's chunks while it is written (``DurableWriter``); with ``files``,
+    the files themselves are written concurrently on it (each file is independent, and a disk keeps up better
+    with several streams than with one waiting on each write in turn).
+    """
+    jobs: list[tuple[str, Callable[[], FileRecord]]] = [
+        (rng_name(rank), lambda: save_torch({"step": state.step, "rng": dict(state.rng)}, _join(folder, rng_name(rank))))]
+    for i, position in state.dataloaders.items():
+        jobs.append((dataloader_name(i, rank), partial(save_torch, position, _join(folder, dataloader_name(i, rank)))))
+    for i, grads in state.gradients.items():
+        jobs.append((gradients_name(i, rank), partial(save_safetensors, grads, _join(folder, gradients_name(i, rank)),
+                                                      pool)))
+    for i, weights in enumerate(state.weights):
+        name = model_name(i, state.safe_serialization)
+        if state.safe_serialization:
+            jobs.append((name, partial(save_safetensors, weights, _join(folder, name), pool)))
+        else:
+            # As returned by state_dict(): its `_metadata` (module versions) matters to load_state_dict.
+            plain = weights if isinstance(weights, dict) else dict(weights)
+            jobs.append((name, partial(save_torch, plain, _join(folder, name), pool)))
+    for i, optimizer in enumerate(state.optimizers):
+        jobs.append((optimizer_name(i), partial(save_torch, optimizer, _join(folder, optimizer_name(i)), pool)))
+    for i, scheduler in enumerate(state.schedulers):
+        jobs.append((scheduler_name(i), partial(save_torch, scheduler, _join(folder, scheduler_name(i)))))
+    if state.scaler is not None:
+        jobs.append((SCALER_NAME, partial(save_torch, state.scaler, _join(folder, SCALER_NAME))))
+    for i, custom in enumerate(state.custom):
+        jobs.append((custom_name(i), partial(save_torch, custom, _join(folder, custom_name(i)), pool)))
+    if files is None:
+        return {name: write() for name, write in jobs}
+    running = [(name, files.submit(write)) for name, write in jobs]
+    return {name: future.result() for name, future in running}  # every one waited for, the first error raised
 
 
 # -- loading ------------------------------------------------------------------------------------------------

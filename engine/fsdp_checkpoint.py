@@ -21,7 +21,8 @@ import io
 import os
 import pickle
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -278,18 +279,54 @@ def uses_sharded_checkpoint(plugin: Any) -> bool:
     return plugin is not None and bool(getattr(plugin, "sharded_state_dict", False))
 
 
-def save_shards(folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any], rank: int) -> list[str]:
-    """``save_sharded`` into ``folder``; returns the files this rank wrote (relative paths, for the manifest).
-
-    A collective: every rank calls it, before anything else that could fail on one rank only.
-    """
+def _rank_files(folder: str, subs: Sequence[str], rank: int) -> list[str]:
     files = []
-    for sub in save_sharded(folder, models, optimizers):
+    for sub in subs:
         for name in sorted(os.listdir(os.path.join(folder, sub))):
             # DCP names each rank's data file __{rank}_{n}.distcp; the coordinator (rank 0) writes .metadata.
             if name.startswith(f"__{rank}_") or (rank == 0 and name == METADATA_FILE):
                 files.append(f"{sub}/{name}")
     return files
+
+
+def save_shards(folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any], rank: int) -> list[str]:
+    """``save_sharded`` into ``folder``; returns the files this rank wrote (relative paths, for the manifest).
+
+    A collective: every rank calls it, before anything else that could fail on one rank only.
+    """
+    return _rank_files(folder, save_sharded(folder, models, optimizers), rank)
+
+
+def async_save_shards(folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any], rank: int,
+                      channel: Callable[[str], tuple[Any, Any]]) -> Callable[[], list[str]]:
+    """Stage every model's and optimizer's shards to host memory and write them with DCP's ``async_save``.
+
+    ``channel(name)`` gives the process group and stager of one sharded object: each upload runs on a thread of
+    its own, so each needs a group of its own, and a stager kept from save to save reuses its host buffers.
+    Returns a function that waits for the uploads and returns the files this rank wrote (as ``save_shards``).
+    A collective: every rank calls it.
+    """
+    uploads: list[tuple[str, Future[Any]]] = []
+    states = [(sharded_model_dir(i), lambda m=model: get_model_state_dict(m)) for i, model in enumerate(models)]
+    states += [(sharded_optimizer_dir(i), lambda o=optimizer: get_optimizer_state_dict(owner_model(o, models),
+                                                                                        _inner(o)))
+               for i, optimizer in enumerate(optimizers)]
+    for sub, state in states:
+        group, stager = channel(sub)
+        path = os.path.join(folder, sub)
+        writer = FileSystemWriter(path, single_file_per_rank=True, sync_files=True, thread_count=1)
+        with _quiet_single_process(), _as_checkpoint_errors(path):
+            upload = dcp.async_save(dict(state()), storage_writer=writer, process_group=group, async_stager=stager,
+                                    no_dist=_no_dist())
+        uploads.append((path, upload.upload_completion if hasattr(upload, "upload_completion") else upload))
+
+    def finish() -> list[str]:
+        for path, upload in uploads:
+            with _as_checkpoint_errors(path):
+                upload.result()
+        return _rank_files(folder, [sub for sub, _ in states], rank)
+
+    return finish
 
 
 class _GatheredOptimizer:

@@ -124,9 +124,11 @@ class Checkpointer:
             queue, self._queue = self._queue, None
         for fn in queue or []:
             fn()
+        self.accelerator.wait_for_checkpoint()  # fit ends with its last checkpoint committed (or its error)
 
     # -- saving -------------------------------------------------------------------------------------------------
-    def save(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None:
+    def save(self, filepath: Any, weights_only: bool = False, storage_options: Any = None,
+             async_save: bool = False) -> None:
         """``trainer.save_checkpoint``: a complete checkpoint (or the weights only) at the next boundary."""
         if storage_options is not None:
             raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
@@ -137,20 +139,21 @@ class Checkpointer:
         if weights_only:
             self.run_at_boundary(lambda: self.accelerator.save_model(module, path))
         else:
-            self.run_at_boundary(lambda: self.write(path))
+            self.run_at_boundary(lambda: self.write(path, async_save))
 
     def position(self) -> tuple[int, int, int]:
         return self.state.epoch, self.state.batch_in_epoch, self.state.micro_step
 
-    def write(self, path: str) -> str:
-        """Save a complete checkpoint into ``path`` now; returns the committed folder."""
+    def write(self, path: str, async_save: bool = False) -> str:
+        """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
+        folder."""
         self.stop.update_time()  # time_elapsed is otherwise only current per step with max_time
         self.loss_check.check()  # never a checkpoint of weights a non-finite loss went into
         payload = self.payload()
         check_plain(payload, "checkpoint")
         self.entry.pending = payload
         try:
-            folder = self.accelerator.save_state(path)
+            folder = self.accelerator.save_state(path, async_save=async_save)
         finally:
             self.entry.pending = None
         self._last_save_position = self.position()
@@ -210,6 +213,9 @@ class Checkpointer:
     def save_interrupted(self, reason: str) -> None:
         """Save the current boundary for a resume (preemption, max_time), unless it was just saved."""
         if self._last_save_position == self.position():
+            self.accelerator.wait_for_checkpoint()  # saved in the background: on disk before the process stops
+            for callback in self.checkpoint_callbacks:
+                callback.finish_pending(self.owner)
             return
         found = self.checkpoint_callbacks
         if found:

@@ -540,14 +540,17 @@ class Trainer:
         found = self.checkpoint_callbacks
         return found[0] if found else None
 
-    def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None) -> None:
+    def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None, *,
+                        async_save: bool = False) -> None:
         """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
 
         Called inside ``fit`` (e.g. from a callback), it is written at the next boundary, so resuming from it
         continues exactly; elsewhere at once. ``weights_only=True`` writes only the module's weights
-        (``accelerator.save_model``), for inference. Every process must call it.
+        (``accelerator.save_model``), for inference. ``async_save=True`` writes it in the background
+        (``Accelerator.save_state(async_save=True)``); ``fit`` waits for it before returning. Every process must
+        call it.
         """
-        self.checkpointer.save(filepath, weights_only, storage_options)
+        self.checkpointer.save(filepath, weights_only, storage_options, async_save)
 
     def run_at_boundary(self, fn: Any) -> None:
         """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it.

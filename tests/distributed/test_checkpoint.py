@@ -80,6 +80,7 @@ def _failures(tmp: str) -> dict[str, Any]:
     run.acc._custom_objects.pop()
     run.acc.wait_for_everyone()
     out["after_failed_save"] = sorted(os.listdir(os.path.join(tmp, "checkpoints")))
+    run.acc.wait_for_everyone()  # before rank 0 starts the next save (its temporary folder) under rank 1's listing
 
     newer = run.acc.save_state()
     if run.acc.is_main_process:  # only rank 1's own file is damaged: rank 0 alone would not notice
@@ -113,7 +114,7 @@ def test_a_failure_on_one_rank_is_raised_on_every_rank(run_distributed: Callable
     results = run_distributed(_failures, 2, str(tmp_path), timeout=90)
     for result in results:
         assert "disk full (simulated)" in result["save_error"]
-        assert result["after_failed_save"] == ["checkpoint_0"]  # nothing committed, temporary folder removed
+        assert result["after_failed_save"] == ["checkpoint_0"], result["after_failed_save"]  # nothing committed, temporary folder removed
         assert "random_states_1.pkl" in result["corrupt_error"]
         assert result["fallback"] == result["good"]
         assert "random_states_1.pkl" in result["unsafe_error"] and "allow_unsafe_pickle" in result["unsafe_error"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,9 @@ class Run:
         self.batches, self.samples = Counter(), Counter()
         self.acc.register_for_checkpointing(self.batches, self.samples)
 
-    def train(self, stop_at: int | None = None) -> None:
-        """Train until EPOCHS epochs are done, or return right after batch number ``stop_at``."""
+    def train(self, stop_at: int | None = None, after_batch: Callable[[], None] | None = None) -> None:
+        """Train until EPOCHS epochs are done, or return right after batch number ``stop_at``; ``after_batch`` runs
+        after every batch (a checkpoint, say)."""
         acc = self.acc
         while self.batches.n < EPOCHS * len(self.loader):
             for x, y in self.loader:
@@ -77,6 +79,8 @@ class Run:
                     self.optimizer.zero_grad()
                 self.batches.n += 1
                 self.samples.n += len(x)
+                if after_batch is not None:
+                    after_batch()
                 if self.batches.n == stop_at:
                     return
 
