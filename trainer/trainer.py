@@ -553,10 +553,8 @@ class Trainer:
         self.checkpointer.save(filepath, weights_only, storage_options, async_save)
 
     def run_at_boundary(self, fn: Any) -> None:
-        """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it.
-
-        ``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation.
-        """
+        """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it
+        (``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation)."""
         self.checkpointer.run_at_boundary(fn)
 
     def _resolve_ckpt_path(self, ckpt_path: Any, entry: str, required: bool = False) -> str | None:
