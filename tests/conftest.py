@@ -23,6 +23,10 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
+# Scripts that record values from the real Lightning / Accelerate (run by hand in a throwaway environment with
+# those packages); not tests, and `--doctest-modules` must not import them.
+collect_ignore_glob = ["parity_scripts/*"]
+
 DEFAULT_TIMEOUT_S = 120.0
 _context: Any = None
 
