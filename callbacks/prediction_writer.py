@@ -10,15 +10,13 @@ the prediction and from ``batch_indices`` first: every sample is written exactly
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from callbacks.base import Callback
+from callbacks.protocols import TrainerView
 from engine.data_dispatch import DataLoaderDispatcher
-
-if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
 
 WRITE_INTERVALS = ("batch", "epoch", "batch_and_epoch")
 
@@ -65,7 +63,7 @@ class BasePredictionWriter(Callback):
         return self.interval in ("epoch", "batch_and_epoch")
 
     # -- what subclasses override ------------------------------------------------------------------------------
-    def write_on_batch_end(self, trainer: Trainer, module: TrainModule, prediction: Any,
+    def write_on_batch_end(self, trainer: TrainerView, module: torch.nn.Module, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int) -> None:
         """Write one batch's prediction (``write_interval`` ``"batch"`` / ``"batch_and_epoch"``)."""
@@ -73,7 +71,7 @@ class BasePredictionWriter(Callback):
                                   "batch: override write_on_batch_end(self, trainer, module, prediction, "
                                   "batch_indices, batch, batch_idx, dataloader_idx).")
 
-    def write_on_epoch_end(self, trainer: Trainer, module: TrainModule, predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: TrainerView, module: torch.nn.Module, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Write all of this process's predictions at once (``"epoch"`` / ``"batch_and_epoch"``).
 
@@ -84,13 +82,13 @@ class BasePredictionWriter(Callback):
                                   "override write_on_epoch_end(self, trainer, module, predictions, batch_indices).")
 
     # -- hooks -------------------------------------------------------------------------------------------------
-    def on_predict_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         loaders = list(trainer.predict_dataloaders)
         self._seen = {i: _recorder(loader) for i, loader in enumerate(loaders)}
         self._predictions = [[] for _ in loaders]
         self._epoch_indices = [[] for _ in loaders]
 
-    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any,
+    def on_predict_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
         indices = self._next_indices(trainer, dataloader_idx, batch_idx)
         outputs, indices = _without_padding(trainer, outputs, indices)
@@ -100,7 +98,7 @@ class BasePredictionWriter(Callback):
             self._predictions[dataloader_idx].append(_to_cpu(outputs))
             self._epoch_indices[dataloader_idx].append(list(indices) if indices is not None else [])
 
-    def on_predict_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         if self._on_epoch:
             predictions: Sequence[Any] = self._predictions[0] if len(self._predictions) == 1 else self._predictions
             self.write_on_epoch_end(trainer, module, predictions, self._epoch_indices)
@@ -110,7 +108,7 @@ class BasePredictionWriter(Callback):
         self._predictions, self._epoch_indices, self._seen = [], [], {}
 
     # -- batch indices -----------------------------------------------------------------------------------------
-    def _next_indices(self, trainer: Trainer, dataloader_idx: int, batch_idx: int) -> list[int] | None:
+    def _next_indices(self, trainer: TrainerView, dataloader_idx: int, batch_idx: int) -> list[int] | None:
         seen = self._seen.get(dataloader_idx)
         if seen is None or batch_idx >= len(seen):
             return None
@@ -126,7 +124,7 @@ def _recorder(loader: Any) -> list[Any] | None:
     return record() if record is not None else None
 
 
-def _without_padding(trainer: Trainer, prediction: Any, indices: list[int] | None) -> tuple[Any, list[int] | None]:
+def _without_padding(trainer: TrainerView, prediction: Any, indices: list[int] | None) -> tuple[Any, list[int] | None]:
     """Cut the samples the engine repeated to even out the last round (this process's part of them)."""
     accelerator = trainer.accelerator
     state = accelerator.gradient_state
