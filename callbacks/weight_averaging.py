@@ -210,7 +210,7 @@ class StochasticWeightAveraging(WeightAveraging):
         (False, True)
     """
 
-    def __init__(self, swa_lrs: float | list[float], swa_epoch_start: int | float = 0.8, annealing_epochs: int = 10,
+    def __init__(self, swa_lrs: float | list[float], swa_epoch_start: float = 0.8, annealing_epochs: int = 10,
                  annealing_strategy: str = "cos", avg_fn: AvgFn | None = None,
                  device: torch.device | str | None = "cpu") -> None:
         lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
@@ -245,7 +245,7 @@ class StochasticWeightAveraging(WeightAveraging):
     def swa_start(self) -> int:
         """The first SWA epoch, 0-based (resolved from a fraction once ``fit`` knows ``max_epochs``)."""
         if isinstance(self._swa_epoch_start, float):
-            raise RuntimeError("swa_start is known once fit starts (swa_epoch_start is a fraction of max_epochs).")
+            raise RuntimeError("swa_start is known once fit starts (swa_epoch_start is a fraction of max_epochs).")  # noqa: TRY004
         return max(self._swa_epoch_start - 1, 0)
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:

@@ -33,8 +33,8 @@ SUBCOMMANDS: dict[str, set[str]] = {  # each Trainer method and the arguments th
 }
 # Trainer keywords whose defaults are sentinels: declared here with the values those sentinels stand for.
 _TRAINER_EXTRAS: dict[str, tuple[Any, Any, str]] = {
-    "log_with": (str | list[str] | None, "csv", "trackers: 'csv', 'tensorboard', 'wandb', 'comet_ml', a list, "
-                 "'all' or null"),
+    "log_with": (str | list[str] | None, "csv", ("trackers: 'csv', 'tensorboard', 'wandb', 'comet_ml', a list, "
+                 "'all' or null")),
     "project_dir": (str | None, "runs", "the run folder: checkpoints, tracker files and the saved config.yaml"),
     "preemption_signals": (list[str | int] | None, ["SIGTERM"], "signals that save a checkpoint and exit"),
 }

@@ -15,10 +15,10 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from ember_cli import main as ember_main  # noqa: E402
-from tests.tools.cli_models import Base, Wide  # noqa: E402
-from trainer.cli import CLI, LightningCLI  # noqa: E402
-from trainer.cli_config import ConfigMismatchError  # noqa: E402
+from ember_cli import main as ember_main
+from tests.tools.cli_models import Base, Wide
+from trainer.cli import CLI, LightningCLI
+from trainer.cli_config import ConfigMismatchError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -61,8 +61,8 @@ def fit(module: Regressor, callback: Callback, epochs: int = 4, ckpt_path: str |
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
+    for name, value in a.items():
+        assert torch.equal(value, b[name]), name
 
 
 def test_ema_equals_averaged_model_by_hand_and_validates_on_it() -> None:

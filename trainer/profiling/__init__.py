@@ -7,11 +7,18 @@ Actions the trainer times: every overridden hook (``[Callback]{class}.{hook}``, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
 from trainer.profiling.advanced import AdvancedProfiler
 from trainer.profiling.base import PassThroughProfiler, Profiler
 from trainer.profiling.pytorch import PyTorchProfiler
 from trainer.profiling.simple import SimpleProfiler
+
+T = TypeVar("T")
+_NOTHING = contextlib.nullcontext()  # reusable: no profiler costs one `with` on a shared object
 
 PROFILERS: dict[str, type[Profiler]] = {"simple": SimpleProfiler, "advanced": AdvancedProfiler,
                                         "pytorch": PyTorchProfiler, "passthrough": PassThroughProfiler}
@@ -38,5 +45,39 @@ def resolve_profiler(profiler: Profiler | str | None) -> Profiler | None:
                     f"None. Received: {type(profiler).__name__}.")
 
 
-__all__ = ["AdvancedProfiler", "PROFILERS", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler",
-           "resolve_profiler"]
+def profile(profiler: Profiler | None, action_name: str) -> contextlib.AbstractContextManager[Any]:
+    """``profiler.profile(action_name)``, or a shared no-op context without a profiler."""
+    return _NOTHING if profiler is None else profiler.profile(action_name)
+
+
+def profiled_iter(profiler: Profiler | None, action_name: str, iterable: Iterable[T]) -> Iterable[T]:
+    """``iterable`` with each fetch recorded as ``action_name`` (``iterable`` itself without a profiler)."""
+    return iterable if profiler is None else profiler.iterate(action_name, iterable)
+
+
+@contextlib.contextmanager
+def run_profiler(profiler: Profiler | None, stage: str, accelerator: Any) -> Iterator[None]:
+    """Set ``profiler`` up for one run (this process's rank, the run folder) and describe it when the run ends
+    (also after an error)."""
+    if profiler is None:
+        yield
+        return
+    profiler.setup(stage, accelerator.process_index, accelerator.logging_dir or accelerator.project_dir)
+    try:
+        yield
+    finally:
+        profiler.describe()
+
+
+__all__ = [
+    "PROFILERS",
+    "AdvancedProfiler",
+    "PassThroughProfiler",
+    "Profiler",
+    "PyTorchProfiler",
+    "SimpleProfiler",
+    "profile",
+    "profiled_iter",
+    "resolve_profiler",
+    "run_profiler",
+]
