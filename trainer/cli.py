@@ -65,6 +65,8 @@ class CLI:
         run: run the subcommand (``False``: only instantiate; then no subcommand is given).
         auto_configure_optimizers: add ``--optimizer`` / ``--lr_scheduler``; when given they replace the model's
             ``configure_optimizers``.
+        save_config_callback / save_config_kwargs: Lightning's switches: ``None`` saves (and checks) no config;
+            ``{"overwrite": True}`` replaces a different saved config, like ``--allow_config_change``.
 
     The resolved config is written to ``{trainer.project_dir}/config.yaml``. A resume (``--ckpt_path``) reads that
     file as its first config, and a config that differs from it is refused unless ``--allow_config_change``.
@@ -86,7 +88,8 @@ class CLI:
                  trainer_defaults: dict[str, Any] | None = None, seed_everything_default: bool | int = True,
                  parser_kwargs: dict[str, Any] | None = None, subclass_mode_model: bool = False,
                  subclass_mode_data: bool = False, args: Sequence[str] | None = None, run: bool = True,
-                 auto_configure_optimizers: bool = True) -> None:
+                 auto_configure_optimizers: bool = True, save_config_callback: Any = True,
+                 save_config_kwargs: dict[str, Any] | None = None) -> None:
         self._ja = _jsonargparse()
         self.model_class = model_class or TrainModule
         self.subclass_mode_model = subclass_mode_model or model_class is None
@@ -97,6 +100,9 @@ class CLI:
         self.seed_everything_default = seed_everything_default
         self.parser_kwargs = dict(parser_kwargs or {})
         self.auto_configure_optimizers = auto_configure_optimizers
+        # Lightning's names: save_config_callback=None saves nothing; {"overwrite": True} replaces a saved config.
+        self.save_config = save_config_callback is not None and save_config_callback is not False
+        self.overwrite_config = bool((save_config_kwargs or {}).get("overwrite", False))
         argv = list(sys.argv[1:] if args is None else args)
         self.subcommand: str | None = None
         self.parser = self._build_parser(run)
@@ -253,13 +259,12 @@ class CLI:
         parser = self._subparsers[self.subcommand] if self.subcommand else self.parser
         resolved = parser.dump(section, skip_unset=False, skip_validation=True)
         folder = self.trainer.accelerator.project_dir
-        if not folder:
+        if not folder or not self.save_config:
             return
         # A seed drawn for this run (seed_everything: true) differs every time: not a change of experiment.
         ignore = ("seed_everything",) if self._random_seed else ()
-        check_against_saved(folder, resolved, allow_change=bool(section.get("allow_config_change")),
-                            ignore=ignore)
-        allowed = bool(section.get("allow_config_change"))
+        allowed = bool(section.get("allow_config_change")) or self.overwrite_config
+        check_against_saved(folder, resolved, allow_change=allowed, ignore=ignore)
         unchanged = os.path.exists(saved_config_path(folder)) and not allowed  # checked equal just above
         if self.subcommand in (None, "fit") and self.trainer.accelerator.is_main_process and not unchanged:
             self.saved_config_path = save_config(folder, resolved)
@@ -320,15 +325,41 @@ def console_main(argv: Sequence[str]) -> int:
     """``ember fit|validate|test|predict ...``: the model and data are chosen by ``class_path`` in the config."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # class paths name modules next to the config, as `python -m` would
-    try:
-        CLI(None, None, subclass_mode_model=True, subclass_mode_data=True, args=list(argv),
-            parser_kwargs={"prog": "ember"})
-    except SystemExit as done:
-        if isinstance(done.code, str):
-            print(done.code, file=sys.stderr)
-            return 2
-        return int(done.code or 0)
+    argv = list(argv)
+    calls = [argv]
+    if argv and ("-h" in argv or "--help" in argv):
+        # Also list the init arguments of the classes the configs / flags name (jsonargparse's --model.help).
+        calls += [[argv[0], f"--{key}.help", path] for key, path in _named_classes(argv)]
+    for args in calls:
+        try:
+            CLI(None, None, subclass_mode_model=True, subclass_mode_data=True, args=args,
+                parser_kwargs={"prog": "ember"})
+        except SystemExit as done:
+            if isinstance(done.code, str):
+                print(done.code, file=sys.stderr)
+                return 2
+            if done.code:
+                return int(done.code)
     return 0
+
+
+def _named_classes(argv: list[str]) -> list[tuple[str, str]]:
+    """``(key, class_path)`` of the model and data named in ``argv``'s ``--config`` files and flags."""
+    import yaml
+
+    found: dict[str, str] = {}
+    for i, item in enumerate(argv[:-1]):
+        if item in ("-c", "--config") and os.path.exists(argv[i + 1]):
+            with open(argv[i + 1], encoding="utf-8") as handle:
+                config = yaml.safe_load(handle) or {}
+            for key in ("model", "data"):
+                section = config.get(key)
+                path = section.get("class_path") if isinstance(section, dict) else section
+                if isinstance(path, str):
+                    found[key] = path
+        elif item in ("--model", "--data", "--model.class_path", "--data.class_path"):
+            found[item[2:].split(".")[0]] = argv[i + 1]
+    return sorted(found.items())
 
 
 __all__ = ["CLI", "LightningCLI", "console_main"]

@@ -104,6 +104,16 @@ def test_help_lists_types_defaults_and_docstrings(capsys: pytest.CaptureFixture)
     assert "--trainer.max_epochs" in text and "--ckpt_path" in text and "--optimizer" in text
 
 
+def test_ember_fit_help_lists_the_configured_classes_arguments(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    config = write(tmp_path / "cfg.yaml", base_config(tmp_path / "run"))
+    assert ember_main(["fit", "--config", config, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--trainer.max_epochs MAX_EPOCHS" in text and "--ckpt_path" in text
+    assert "--model.hidden HIDDEN (type: int, default: 16)" in text  # Wide's own arguments
+    assert "--data.batch_size BATCH_SIZE (type: int, default: 8)" in text
+
+
 def test_a_bad_key_lists_close_matches(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"(?s)max_epoch.*Did you mean: max_epochs"):
         cli("fit", "--config", write(tmp_path / "c.yaml", base_config(tmp_path / "run")), "--trainer.max_epoch", "3")
