@@ -1,9 +1,14 @@
 """The learning-rate range test behind ``Tuner.lr_find``: the sweep callback and its result (``LRFinder``).
 
 The learning rate grows from ``min_lr`` to ``max_lr`` over ``num_training`` optimizer steps; the loss of each step
-is smoothed (exponential moving average with bias correction, as Lightning) and the sweep stops early once it
-exceeds ``early_stop_threshold`` times the best smoothed loss. The suggestion is the learning rate where the
-smoothed loss falls fastest (the most negative gradient), skipping the first and last points.
+is smoothed (exponential moving average with bias correction) and the sweep stops early once it exceeds
+``early_stop_threshold`` times the best smoothed loss. The suggestion is the learning rate where the smoothed loss
+falls fastest against the learning rate (the most negative gradient), skipping the first and last points.
+
+Every formula is Lightning 2.6's, quirks included, so a suggestion matches Lightning's on the same run (a test
+checks it against values recorded from Lightning): step 0 uses ``min_lr`` and step ``i > 0`` the rate at
+``(i + 1) / num_training`` of the way, the bias correction uses ``beta ** (step + 1)``, and the gradient is taken
+with the learning rates as spacing.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ class LRFinder:
     Example:
         >>> finder = LRFinder(1e-4, 1.0, 5, "exponential")
         >>> [round(finder.lr_at(i), 6) for i in range(5)]
-        [0.0001, 0.001, 0.01, 0.1, 1.0]
+        [0.0001, 0.003981, 0.025119, 0.158489, 1.0]
     """
 
     def __init__(self, min_lr: float, max_lr: float, num_training: int, mode: str) -> None:
@@ -36,8 +41,8 @@ class LRFinder:
         self._optimal_idx: int | None = None
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of sweep step ``step`` (0-based)."""
-        fraction = step / max(1, self.num_training - 1)
+        """The learning rate of sweep step ``step`` (0-based), as Lightning's ``_ExponentialLR`` / ``_LinearLR``."""
+        fraction = 0.0 if step == 0 else (step + 1) / self.num_training
         if self.mode == "linear":
             return self.min_lr + (self.max_lr - self.min_lr) * fraction
         return self.min_lr * (self.max_lr / self.min_lr) ** fraction
@@ -55,7 +60,8 @@ class LRFinder:
                           "(num_training) or lower skip_begin.", UserWarning, stacklevel=2)
             self._optimal_idx = None
             return None
-        best = int(torch.argmin(torch.gradient(losses)[0]).item())
+        spacing = torch.tensor(lrs, dtype=torch.float64)
+        best = int(torch.argmin(torch.gradient(losses, spacing=[spacing])[0]).item())
         self._optimal_idx = self.results["lr"].index(lrs[best])
         return lrs[best]
 
@@ -113,7 +119,7 @@ class LRSweep(Callback):
             loss = trainer.accelerator.reduce(loss, "mean")
         value = float(loss.item())
         self._average = self.beta * self._average + (1 - self.beta) * value
-        smoothed = self._average / (1 - self.beta ** step)
+        smoothed = self._average / (1 - self.beta ** (step + 1))
         if self.early_stop_threshold is not None and step > 1 and (
                 not math.isfinite(smoothed) or smoothed > self.early_stop_threshold * self._best):
             trainer.should_stop = True  # diverged: the rest of the sweep would only grow

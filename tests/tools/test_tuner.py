@@ -58,7 +58,7 @@ def test_lr_find_suggests_a_rate_in_range_and_restores_everything(tmp_path: Any)
     assert lrs[0] == pytest.approx(1e-5) and all(b > a for a, b in itertools.pairwise(lrs))  # exponential sweep
     assert len(lrs) < 60  # diverged before reaching lr=10 and stopped early
     suggestion = finder.suggestion()
-    assert suggestion is not None and 1e-3 <= suggestion <= 1.0  # SGD on this regression learns in this range
+    assert suggestion is not None and 1e-4 <= suggestion <= 1.0  # where the loss of this regression falls
     assert module.lr == suggestion and module.hparams["lr"] == 1e-3  # the attribute found first is updated
     for key, value in module.state_dict().items():
         assert torch.equal(value, before[key]), key  # weights and batch-norm buffers as they were
@@ -66,6 +66,22 @@ def test_lr_find_suggests_a_rate_in_range_and_restores_everything(tmp_path: Any)
     path = tmp_path / "lr.png"
     finder.plot(path=path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# Recorded from Lightning 2.6.6 by tests/parity_scripts/lr_find_lightning.py: the same model, initial weights and
+# unshuffled batches; the sweep diverged and stopped after 50 of 60 steps.
+LIGHTNING_LOSSES = [1.847413, 2.694001, 2.517021, 2.737632, 2.867834, 2.955698, 2.952022, 3.235838, 3.276535, 3.720369, 3.776418, 3.83222, 3.973138, 3.945643, 3.903156, 3.863023, 3.97938, 3.873287, 3.840138, 3.924084, 3.816859, 3.708852, 3.660753, 3.741322, 3.744356, 3.747174, 3.804719, 3.762694, 3.762802, 3.762863, 3.713005, 3.702511, 3.676335, 3.652012, 3.564121, 3.531875, 3.484647, 3.428293, 3.375131, 3.333932, 3.248107, 3.17831, 3.116147, 3.092848, 3.07281, 3.031487, 3.109661, 3.259922, 5.166302, 21.778792]
+LIGHTNING_SUGGESTION = 0.00025118864315095806
+
+
+def test_lr_find_matches_lightning() -> None:
+    torch.manual_seed(0)
+    module = Model()
+    loader = DataLoader(regression(), batch_size=16)
+    finder = Tuner(trainer()).lr_find(module, loader, min_lr=1e-5, max_lr=10.0, num_training=60)
+    assert finder.results["loss"] == pytest.approx(LIGHTNING_LOSSES, rel=1e-4)
+    assert finder.results["lr"][:3] == pytest.approx([1e-5, 1.5848931924611134e-05, 1.99526231496888e-05])
+    assert finder.suggestion() == pytest.approx(LIGHTNING_SUGGESTION)
 
 
 def test_lr_find_bad_ranges_fail_early() -> None:
@@ -91,7 +107,8 @@ def test_lr_find_linear_mode_and_no_update() -> None:
     finder = Tuner(trainer()).lr_find(module, min_lr=1e-4, max_lr=1e-2, num_training=20, mode="linear",
                                       early_stop_threshold=None, update_attr=False)
     assert len(finder.results["lr"]) == 20 and finder.results["lr"][-1] == pytest.approx(1e-2)
-    assert finder.results["lr"][1] - finder.results["lr"][0] == pytest.approx((1e-2 - 1e-4) / 19)
+    lrs = finder.results["lr"]  # Lightning's _LinearLR: step i > 0 is (i + 1) / 20 of the way
+    assert lrs[0] == 1e-4 and lrs[2] - lrs[1] == pytest.approx((1e-2 - 1e-4) / 20)
     assert module.lr == 1e-3
 
 
