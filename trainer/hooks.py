@@ -55,7 +55,7 @@ class HookTable:
                                           for cb, skip in zip(callbacks, skipped)
                                           if overrides(cb, Callback, name) and name not in skip)
             self._module[name] = getattr(module, name) if overrides(module, module_base, name) else None
-            if profiler is not None:  # each overrider timed under its own action name (Lightning's naming)
+            if profiler is not None and profiler.records:  # each overrider timed under its own action name (Lightning's naming)
                 self._callbacks[name] = tuple(profiler.wrap(f"[Callback]{type(hook.func.__self__).__name__}.{name}",
                                                             hook) for hook in self._callbacks[name])
                 if self._module[name] is not None:

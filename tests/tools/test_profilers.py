@@ -14,7 +14,7 @@ import pytest
 from callbacks import ModelCheckpoint
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
-from trainer.profiling import AdvancedProfiler, Profiler, PyTorchProfiler, SimpleProfiler
+from trainer.profiling import AdvancedProfiler, PassThroughProfiler, Profiler, PyTorchProfiler, SimpleProfiler
 
 
 def fit(tmp_path: Any, profiler: Any) -> Trainer:
@@ -74,6 +74,21 @@ def test_validate_and_predict_are_profiled_too(tmp_path: Any) -> None:
     trainer.predict(module, data(n=8, batch_size=4))
     assert len(profiler.recorded_durations["predict_step"]) == 2
     assert sorted(os.listdir(tmp_path)) == ["predict-profiler-0.txt", "validate-profiler-0.txt"]
+
+
+def test_without_a_profiler_a_module_can_still_profile_its_own_code(tmp_path: Any) -> None:
+    class Profiled(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            with self.trainer.profiler.profile("my_loss"):  # Lightning code does this
+                return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(**{**QUIET, "log_with": None}, project_dir=str(tmp_path), max_steps=2)
+    trainer.fit(Profiled(), data())
+    assert isinstance(trainer.profiler, PassThroughProfiler) and os.listdir(tmp_path) == []
+    profiler = SimpleProfiler()
+    Trainer(**{**QUIET, "log_with": None}, project_dir=str(tmp_path), max_steps=2, profiler=profiler).fit(
+        Profiled(), data())
+    assert len(profiler.recorded_durations["my_loss"]) == 2
 
 
 def test_an_unknown_profiler_name_fails_with_the_choices() -> None:

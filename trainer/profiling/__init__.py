@@ -24,14 +24,17 @@ PROFILERS: dict[str, type[Profiler]] = {"simple": SimpleProfiler, "advanced": Ad
                                         "pytorch": PyTorchProfiler, "passthrough": PassThroughProfiler}
 
 
-def resolve_profiler(profiler: Profiler | str | None) -> Profiler | None:
-    """The ``Profiler`` for ``Trainer(profiler=...)``: an instance, a name, or ``None`` (no profiling at all).
+def resolve_profiler(profiler: Profiler | str | None) -> Profiler:
+    """The ``Profiler`` for ``Trainer(profiler=...)``: an instance, a name, or ``None`` (a ``PassThroughProfiler``,
+    for which the trainer wraps nothing).
 
     Example:
         >>> type(resolve_profiler("simple")).__name__
         'SimpleProfiler'
     """
-    if profiler is None or isinstance(profiler, Profiler):
+    if profiler is None:
+        return PassThroughProfiler()
+    if isinstance(profiler, Profiler):
         return profiler
     if isinstance(profiler, str):
         key = profiler.lower()
@@ -47,19 +50,19 @@ def resolve_profiler(profiler: Profiler | str | None) -> Profiler | None:
 
 def profile(profiler: Profiler | None, action_name: str) -> contextlib.AbstractContextManager[Any]:
     """``profiler.profile(action_name)``, or a shared no-op context without a profiler."""
-    return _NOTHING if profiler is None else profiler.profile(action_name)
+    return _NOTHING if profiler is None or not profiler.records else profiler.profile(action_name)
 
 
 def profiled_iter(profiler: Profiler | None, action_name: str, iterable: Iterable[T]) -> Iterable[T]:
     """``iterable`` with each fetch recorded as ``action_name`` (``iterable`` itself without a profiler)."""
-    return iterable if profiler is None else profiler.iterate(action_name, iterable)
+    return iterable if profiler is None or not profiler.records else profiler.iterate(action_name, iterable)
 
 
 @contextlib.contextmanager
 def run_profiler(profiler: Profiler | None, stage: str, accelerator: Any) -> Iterator[None]:
     """Set ``profiler`` up for one run (this process's rank, the run folder) and describe it when the run ends
     (also after an error)."""
-    if profiler is None:
+    if profiler is None or not profiler.records:
         yield
         return
     profiler.setup(stage, accelerator.process_index, accelerator.logging_dir or accelerator.project_dir)

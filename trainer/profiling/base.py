@@ -45,6 +45,8 @@ class Profiler:
         {'load data': 1}
     """
 
+    records = True  # False: the trainer wraps nothing (PassThroughProfiler)
+
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
         self.dirpath = os.fspath(dirpath) if dirpath is not None else None
         self.filename = filename
@@ -143,7 +145,10 @@ class Profiler:
 
 
 class PassThroughProfiler(Profiler):
-    """Records nothing (Lightning's default; the trainer skips the wrapping entirely when no profiler is given)."""
+    """Records nothing: ``trainer.profiler`` without ``Trainer(profiler=...)`` (Lightning's default), so a module's
+    ``with self.trainer.profiler.profile("name"):`` works either way; the trainer wraps nothing for it."""
+
+    records = False
 
     def start(self, action_name: str) -> None:
         pass
