@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
@@ -118,7 +119,7 @@ class BasePredictionWriter(Callback):
 
 def _recorder(loader: Any) -> list[Any] | None:
     """Start recording ``loader``'s index batches (None: it has no per-process indices to record)."""
-    if isinstance(loader, DataLoaderDispatcher) or getattr(loader, "_is_iterable", False):
+    if isinstance(loader, DataLoaderDispatcher) or isinstance(getattr(loader, "dataset", None), IterableDataset):
         return None  # the main process draws every batch and slices it; an iterable dataset has no indices
     record = getattr(loader, "record_batch_indices", None)
     return record() if record is not None else None

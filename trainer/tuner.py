@@ -213,7 +213,7 @@ class Tuner:
     def _search_trainer(self, max_steps: int, callbacks: list[Any]) -> Trainer:
         config, acc = self.trainer.config, self.trainer.accelerator
         return Trainer(accelerator="cpu" if acc.device.type == "cpu" else "auto", max_steps=max_steps,
-                       max_epochs=-1, precision=config.precision, accumulate_grad_batches=config.accumulate_grad_batches,
+                       max_epochs=-1, mixed_precision=config.precision, accumulate_grad_batches=config.accumulate_grad_batches,
                        gradient_clip_val=config.gradient_clip_val,
                        gradient_clip_algorithm=config.gradient_clip_algorithm, limit_val_batches=0,
                        num_sanity_val_steps=0, log_with=None, project_dir=self._folder, callbacks=callbacks,
