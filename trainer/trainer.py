@@ -522,8 +522,8 @@ class Trainer:
         module = self._attach(module, datamodule)
         self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
         try:
-            with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers), \
-                    run_profiler(self.profiler, stage, self.accelerator):
+            with run_profiler(self.profiler, stage, self.accelerator), \
+                    run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers):
                 yield hooks
         finally:
             self._hooks = None  # drops the hook table's references to this trainer and the module

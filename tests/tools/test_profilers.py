@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 import pytest
+import torch
 
 from callbacks import ModelCheckpoint
 from tests.trainer.helpers import QUIET, Regressor, data
@@ -64,6 +65,17 @@ def test_pytorch_profiler_writes_a_chrome_trace_in_the_run_folder(tmp_path: Any)
     assert {"run_training_batch", "optimizer_step", "backward", "save_checkpoint"} <= names
     with open(os.path.join(str(tmp_path), "fit-profiler-0.txt")) as handle:
         assert "run_training_batch" in handle.read()  # the operator table, with the actions as ranges
+
+
+def test_pytorch_profiler_with_a_schedule_writes_each_cycle(tmp_path: Any) -> None:
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    trainer = fit(tmp_path, PyTorchProfiler(schedule=schedule))
+    traces = [name for name in os.listdir(tmp_path) if name.endswith(".pt.trace.json")]
+    assert len(traces) == 1 and traces[0].startswith("fit-profiler-0")  # tensorboard_trace_handler's file
+    with open(os.path.join(str(tmp_path), traces[0])) as handle:
+        names = {event.get("name") for event in json.load(handle)["traceEvents"]}
+    assert "run_training_batch" in names
+    assert isinstance(trainer.profiler, PyTorchProfiler)
 
 
 def test_validate_and_predict_are_profiled_too(tmp_path: Any) -> None:

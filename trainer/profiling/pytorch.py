@@ -92,11 +92,9 @@ class PyTorchProfiler(Profiler):
         profiler.__exit__(None, None, None)
         self._profiler = None
         if "schedule" in self.profiler_kwargs:
-            self._events = None  # each cycle went to on_trace_ready; the last cycle's table is below
-            try:
-                self._events = profiler.key_averages(group_by_input_shape=self.group_by_input_shapes)
-            except (AssertionError, RuntimeError):
-                return
+            # Each finished cycle went to on_trace_ready; the table shows the last one (none if no cycle ended).
+            self._events = profiler.key_averages(group_by_input_shape=self.group_by_input_shapes) \
+                if profiler.profiler is not None else None
             return
         self._events = profiler.key_averages(group_by_input_shape=self.group_by_input_shapes)
         if self.export_to_chrome and self.dirpath:
