@@ -54,6 +54,13 @@ def unwrap_compiled(module: Any) -> tuple[Any, Compiler | None]:
     return module._orig_mod, module.dynamo_ctx
 
 
+def take_compiled(module: Any, options: dict[str, Any] | None, check: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """``(check(the module), its step compiler)`` for a run: a ``torch.compile(module)`` shell's settings win over
+    ``Trainer(compile=...)``'s ``options``."""
+    module, compiler = unwrap_compiled(module)
+    return check(module), compiler or compiler_from(options)
+
+
 def compiler_from(kwargs: dict[str, Any] | None) -> Compiler | None:
     """A function compiling callables with ``torch.compile(**kwargs)`` (``None`` when ``kwargs`` is)."""
     if kwargs is None:
@@ -66,7 +73,7 @@ def compiler_from(kwargs: dict[str, Any] | None) -> Compiler | None:
 
 
 def plain_name(key: str) -> str:
-    """``key`` without the ``_orig_mod`` level a ``torch.compile`` shell adds (``net._orig_mod.weight`` -> ``net.weight``)."""
+    """``key`` without the ``_orig_mod`` level of a ``torch.compile`` shell: ``net._orig_mod.w`` -> ``net.w``."""
     return key.replace("._orig_mod", "").replace(PREFIX, "")
 
 

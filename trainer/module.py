@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.compiling import STEP_NAMES, Compiler, strip_prefix, with_compiled_names
+from trainer.compiling import Compiler, strip_prefix, with_compiled_names
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin

@@ -88,6 +88,7 @@ class Profiler:
             finally:
                 stop(action_name)
 
+        profiled.func = getattr(fn, "func", fn)  # type: ignore[attr-defined]  # a partial's target stays visible
         return profiled
 
     def iterate(self, action_name: str, iterable: Iterable[T]) -> Iterator[T]:
