@@ -9,8 +9,11 @@ from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary, summarize
+from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
 from callbacks.throughput import ThroughputMonitor
+from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["Callback", "EarlyStopping", "GradientAccumulationScheduler", "LearningRateMonitor", "ModelCheckpoint",
-           "ModelSummary", "ProgressBar", "ThroughputMonitor", "summarize"]
+__all__ = ["BasePredictionWriter", "Callback", "EMAWeightAveraging", "EarlyStopping", "GradientAccumulationScheduler",
+           "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "ProgressBar", "StochasticWeightAveraging",
+           "ThroughputMonitor", "WeightAveraging", "summarize"]

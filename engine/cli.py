@@ -49,7 +49,9 @@ def env_report() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ember", description="Ember: train PyTorch models.")
+    parser = argparse.ArgumentParser(prog="ember", description="Ember: train PyTorch models.",
+                                     epilog="ember fit|validate|test|predict --config cfg.yaml: the trainer's config "
+                                            "command line (needs the 'cli' extra; ember fit --help).")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("env", help="print versions, devices and the detected distributed environment")
     add_launch_commands(commands)

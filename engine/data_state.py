@@ -121,7 +121,7 @@ class _Peeking:
 class _StreamControl:
     """What the next pass over the index stream must do; set by the loader around ``DataLoader.__iter__``."""
 
-    __slots__ = ("keep_first", "peek", "peek_ahead", "seed_base", "start")
+    __slots__ = ("keep_first", "peek", "peek_ahead", "seed_base", "seen", "start")
 
     def __init__(self) -> None:
         self.start = 0  # batches to skip (index level)
@@ -129,6 +129,7 @@ class _StreamControl:
         self.seed_base: int | None = None  # set: tag batches with per-batch worker seeds
         self.peek_ahead = False  # wrap in _Peeking (index-level look-ahead)
         self.peek: _Peeking | None = None
+        self.seen: list[Any] | None = None  # set: every index batch drawn in the current pass, in order
 
 
 class _IndexStream:
@@ -161,12 +162,22 @@ class _IndexStream:
             head = len(first)
             cursor.skip(start - head)
             batches = itertools.chain(first, cursor)
+        seen = self.control.seen
+        if seen is not None:  # a new pass starts drawing: record its batches only (off by default: no cost)
+            seen.clear()
+            batches = _recorded(batches, seen)
         if seed_base is None:
             yield from batches
             return
         numbers = itertools.chain(range(head), itertools.count(start)) if start else itertools.count()
         for number, batch in zip(numbers, batches):
             yield _SeededIndices(batch, _splitmix64(seed_base + number))
+
+
+def _recorded(batches: Iterator[Any], seen: list[Any]) -> Iterator[Any]:
+    for batch in batches:
+        seen.append(batch)
+        yield batch
 
 
 def _draw_loader_seed(num_processes: int) -> int:
@@ -248,6 +259,16 @@ class _PreparedLoader(DataLoader):
     def end(self) -> None:
         """Stop being the GradientState's active loader."""
         self._gradient_state._remove_dataloader(self)
+
+    def record_batch_indices(self, enabled: bool = True) -> list[Any] | None:
+        """Record the index batches each following pass draws (Lightning's ``seen_batch_indices``).
+
+        Returns the list that every pass refills from its start, in drawing order (batch ``i`` of the pass is
+        item ``i``, also with look-ahead and worker prefetching); ``enabled=False`` stops recording. Used by
+        prediction writers to name the dataset indices of each batch. Iterable datasets draw no indices.
+        """
+        self._control.seen = [] if enabled else None
+        return self._control.seen
 
     # -- sampler access --------------------------------------------------------------------------------------
     def _batch_sampler_like(self) -> Any:

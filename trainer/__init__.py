@@ -13,10 +13,12 @@ from trainer.module import TrainModule
 from trainer.optim import LightningOptimizer, SchedulerConfig
 from trainer.state import TrainState
 from trainer.trainer import Trainer
+from trainer.tuner import Tuner
 from trainer.utilities.seed import seed_everything
 
 LightningModule = TrainModule
 LightningDataModule = DataModule
 
 __all__ = ["AttributeDict", "Callback", "DataModule", "LightningDataModule", "LightningModule", "LightningOptimizer",
-           "SchedulerConfig", "TrainModule", "TrainState", "Trainer", "seed_everything"]
+           "SchedulerConfig", "TrainModule", "TrainState", "Trainer", "Tuner",
+           "seed_everything"]

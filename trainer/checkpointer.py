@@ -38,6 +38,7 @@ from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger
 from trainer.module import TrainModule
 from trainer.plan import RunPlan
+from trainer.profiling import Profiler, profile
 from trainer.setup import Attached
 from trainer.state import TrainState
 from trainer.stop import StopController
@@ -70,6 +71,7 @@ class Checkpointer:
         # fall back to when the chosen one is damaged (decided on process 0, the same on every process).
         self._resolved: tuple[str, list[str]] = ("", [])
         self.last_saved: str | None = None  # the newest checkpoint this trainer wrote (for interrupt messages)
+        self.profiler: Profiler | None = None  # set by the trainer: times each save as "save_checkpoint"
         # The trainer's part of every engine checkpoint (TrainState, callbacks, trackers...): plain values only.
         self.entry = TrainerCheckpointState(self.payload)
         accelerator.register_for_checkpointing(self.entry)
@@ -147,15 +149,16 @@ class Checkpointer:
     def write(self, path: str, async_save: bool = False) -> str:
         """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
         folder."""
-        self.stop.update_time()  # time_elapsed is otherwise only current per step with max_time
-        self.loss_check.check()  # never a checkpoint of weights a non-finite loss went into
-        payload = self.payload()
-        check_plain(payload, "checkpoint")
-        self.entry.pending = payload
-        try:
-            folder = self.accelerator.save_state(path, async_save=async_save)
-        finally:
-            self.entry.pending = None
+        with profile(self.profiler, "save_checkpoint"):
+            self.stop.update_time()  # time_elapsed is otherwise only current per step with max_time
+            self.loss_check.check()  # never a checkpoint of weights a non-finite loss went into
+            payload = self.payload()
+            check_plain(payload, "checkpoint")
+            self.entry.pending = payload
+            try:
+                folder = self.accelerator.save_state(path, async_save=async_save)
+            finally:
+                self.entry.pending = None
         self._last_save_position = self.position()
         self.last_saved = folder
         return folder

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer import args as checks
+from trainer.compiling import check_compile
 from trainer.signals import check_signals
 
 NONFINITE_CHOICES = ("raise", "skip", "ignore")
@@ -54,6 +55,7 @@ class TrainerConfig:
     preemption_signals: tuple[int, ...] = ()
     preemption_exit_code: int = 143
     project_name: str = "ember"
+    compile: dict[str, Any] | None = None  # torch.compile keyword arguments for the module's steps
 
     @classmethod
     def from_keywords(cls, *, max_epochs: int | None = None, min_epochs: int | None = None,
@@ -67,7 +69,8 @@ class TrainerConfig:
                       fast_dev_run: bool | int = False, overfit_batches: float = 0.0, log_every_n_steps: int = 50,
                       enable_checkpointing: bool = True, detect_anomaly: bool = False,
                       on_nonfinite_loss: str = "raise", preemption_signals: Any = None,
-                      preemption_exit_code: int = 143, project_name: str = "ember") -> TrainerConfig:
+                      preemption_exit_code: int = 143, project_name: str = "ember",
+                      compile: bool | dict[str, Any] = False) -> TrainerConfig:
         """Check every keyword and resolve the ones that set others (``fast_dev_run``, ``overfit_batches``).
 
         ``None`` means the default for the keywords whose Lightning default is ``None`` (configs pass ``null``).
@@ -121,7 +124,7 @@ class TrainerConfig:
             enable_checkpointing=bool(enable_checkpointing), detect_anomaly=bool(detect_anomaly),
             on_nonfinite_loss=checks.check_choice("on_nonfinite_loss", on_nonfinite_loss, NONFINITE_CHOICES),
             preemption_signals=check_signals(preemption_signals), preemption_exit_code=int(preemption_exit_code),
-            project_name=project_name, **limits)
+            project_name=project_name, compile=check_compile(compile), **limits)
         return config.checked()
 
     def checked(self) -> TrainerConfig:

@@ -13,6 +13,7 @@ from trainer.hooks import HookTable
 from trainer.metrics import MetricLogger, to_python
 from trainer.plan import RunPlan, batches
 from trainer.predict import gather_step
+from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
 from trainer.tracking import TrackerLink
 from trainer.utilities.seed import isolate_rng
@@ -60,13 +61,14 @@ class EvaluationLoop:
         with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
                 metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
-                for batch_idx, batch in batches(loader, count):
+                for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", batches(loader, count)):
                     batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
                     metrics.new_batch(batch, padding)
                     # As in Lightning, dataloader_idx is only passed when there are several loaders.
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
                     hooks.call(batch_start, *step_args)
-                    outputs = model(step, *step_args)
+                    with profile(hooks.profiler, step):
+                        outputs = model(step, *step_args)
                     hooks.call(batch_end, outputs, *step_args)
                     if stage != "sanity_check":
                         self.trackers.log(metrics.step_values())
@@ -98,10 +100,11 @@ class EvaluationLoop:
         results: list[list[Any]] = [[] for _ in loaders]
         with self.grad_off():
             for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
-                for batch_idx, batch in batches(loader, count):
+                for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", batches(loader, count)):
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
                     hooks.call("on_predict_batch_start", *step_args)
-                    prediction = model("predict_step", *step_args)
+                    with profile(hooks.profiler, "predict_step"):
+                        prediction = model("predict_step", *step_args)
                     hooks.call("on_predict_batch_end", prediction, *step_args)
                     if return_predictions is not False:
                         results[dl_idx] += gather_step(self.accelerator, prediction)

@@ -30,6 +30,8 @@ class HookTable:
         module: passed as the second argument of every callback hook; its own hooks are called without both.
         callbacks: in calling order.
         module_base: the class whose hook methods count as "not overridden" (``TrainModule``).
+        profiler: a ``trainer.profiling.Profiler``: every overrider is then timed as ``[Callback]{class}.{hook}``
+            / ``[TrainModule]{class}.{hook}``, and the loops read it here to time their steps.
 
     Example:
         >>> class Echo(Callback):
@@ -39,7 +41,9 @@ class HookTable:
         fit starts T <object object at ...>
     """
 
-    def __init__(self, trainer: Any, module: Any, callbacks: Sequence[Callback], module_base: type) -> None:
+    def __init__(self, trainer: Any, module: Any, callbacks: Sequence[Callback], module_base: type,
+                 profiler: Any = None) -> None:
+        self.profiler = profiler  # a trainer.profiling.Profiler timing every hook call, or None
         self._callbacks: dict[str, tuple[Callable[..., Any], ...]] = {}
         self._module: dict[str, Callable[..., Any] | None] = {}
         # Every overrider of each hook in calling order (callbacks, then the module), each taking the hook's own
@@ -51,6 +55,12 @@ class HookTable:
                                           for cb, skip in zip(callbacks, skipped)
                                           if overrides(cb, Callback, name) and name not in skip)
             self._module[name] = getattr(module, name) if overrides(module, module_base, name) else None
+            if profiler is not None and profiler.records:  # each overrider timed under its own action name (Lightning's naming)
+                self._callbacks[name] = tuple(profiler.wrap(f"[Callback]{type(hook.func.__self__).__name__}.{name}",
+                                                            hook) for hook in self._callbacks[name])
+                if self._module[name] is not None:
+                    action = f"[TrainModule]{type(module).__name__}.{name}"
+                    self._module[name] = profiler.wrap(action, self._module[name])
             self.overriders[name] = self._callbacks[name] + ((self._module[name],) if self._module[name] else ())
 
     def call(self, name: str, *args: Any) -> Any:

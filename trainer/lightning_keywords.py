@@ -13,7 +13,7 @@
 - ``barebones``: no logging, checkpointing, progress bar, model summary or sanity check (conflicting keywords
   raise, as in Lightning).
 - ``enable_autolog_hparams``: send the module's / data module's hyperparameters to the loggers.
-- ``profiler``, ``plugins``, ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
+- ``plugins``, ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
   ``use_distributed_sampler=False`` with several processes: refused with what to do instead.
 """
 
@@ -178,10 +178,7 @@ def _resolve(*, accelerator: Any, devices: Any, num_nodes: Any, logger: Any, log
 
 
 def _refuse_unsupported(profiler: Any, plugins: Any, model_registry: Any, reload_every: Any) -> None:
-    if profiler is not None:
-        raise ValueError(f"Trainer(profiler={profiler!r}) is not supported yet: use torch.profiler.profile around "
-                         "trainer.fit (or the ThroughputMonitor callback for step timings) until Ember's profilers "
-                         "land.")
+    del profiler  # resolved by the Trainer (trainer.profiling)
     if plugins:
         raise ValueError(f"Trainer(plugins={plugins!r}) is not supported: precision is set with precision= "
                          "(e.g. 'bf16-mixed'), cluster environments are read from the launcher's variables, and "

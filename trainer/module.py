@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.compiling import Compiler, strip_prefix, with_compiled_names
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
@@ -146,6 +147,17 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         state = dict(self.__dict__)
         state["_trainer_ref"] = None
         return state
+
+    # -- state without torch.compile's shells -----------------------------------------------------------------
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """``nn.Module.state_dict`` without ``_orig_mod.`` in the keys of ``torch.compile``d submodules, so a
+        checkpoint loads into a compiled or uncompiled module alike."""
+        state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        return strip_prefix(state, prefix)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict`` accepting plain keys for compiled submodules (and the reverse)."""
+        return super().load_state_dict(with_compiled_names(self, state_dict), strict=strict, assign=assign)
 
     # -- logging ----------------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
@@ -365,12 +377,13 @@ class StepRouter(torch.nn.Module):
         (['net.weight', 'net.bias'], True)
     """
 
-    def __init__(self, module: TrainModule) -> None:
+    def __init__(self, module: TrainModule, compiler: Compiler | None = None) -> None:
         super().__init__()
         # A plain attribute (not a child): nn.Module.__getattr__ costs ~0.5 us on every step, and a child would
         # prefix every name with "module.".
         object.__setattr__(self, "_target", module)
         object.__setattr__(self, "_steps", {})
+        object.__setattr__(self, "_compiler", compiler)  # torch.compile's the steps (and the forward they call)
         for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
             object.__setattr__(self, table, getattr(module, table))
 
@@ -382,8 +395,19 @@ class StepRouter(torch.nn.Module):
     def forward(self, step: str, *args: Any) -> Any:
         fn = self._steps.get(step)
         if fn is None:
-            fn = self._steps[step] = step_function(self._target, step)
+            fn = step_function(self._target, step)
+            if self._compiler is not None:
+                fn = self._compiler(fn)
+            self._steps[step] = fn
         return fn(*args)
+
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """The module's keys; a ``torch.compile``d submodule's ``_orig_mod.`` level left out (as the module's)."""
+        state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        return strip_prefix(state, prefix)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        return super().load_state_dict(with_compiled_names(self, state_dict), strict=strict, assign=assign)
 
     def train(self, mode: bool = True) -> StepRouter:
         super().train(mode)

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from engine import Accelerator
 from trainer import args as checks
+from trainer.compiling import Compiler
 from trainer.config import TrainerConfig
 from trainer.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
 from trainer.datamodule import DataModule
@@ -54,6 +55,7 @@ class RunPlan:
         self.model: torch.nn.Module | None = None  # the prepared StepRouter around the module
         self._model_for: tuple[TrainModule, bool] | None = None
         self.training_step: Callable[..., Any] | None = None
+        self.compiler: Compiler | None = None  # compiles the module's steps (set per run by the trainer)
         self.optimizers: list[torch.optim.Optimizer] = []
         self.module_optimizers: list[torch.optim.Optimizer] = []  # what module.optimizers() returns
         self.scheduler_configs: list[SchedulerConfig] = []
@@ -168,13 +170,13 @@ class RunPlan:
             return
         if overrides(module, TrainModule, "configure_model"):
             module.configure_model()
-        router = StepRouter(module)
+        router = StepRouter(module, self.compiler)
         self.model = self.accelerator.prepare_model(router, evaluation_mode=not training)
         self.prepared.append("model" if training else "model (evaluation)")
         self._model_for = (module, training)
         # Unwrapped (one process, no DDP / FSDP2 / compile / autocast wrapper, no hooks), the module's step is
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
-        bare = self.model is router and type(router) is StepRouter and "forward" not in vars(router) and not (
+        bare = self.model is router and self.compiler is None and "forward" not in vars(router) and not (
             router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
         self.training_step = (step_function(module, "training_step") if bare
                               else functools.partial(self.model, "training_step"))

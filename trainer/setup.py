@@ -17,6 +17,7 @@ from callbacks import Callback, ModelSummary, ProgressBar
 from engine import Accelerator
 from trainer.hooks import HookTable, overrides
 from trainer.module import TrainModule
+from trainer.profiling import run_profiler
 from trainer.signals import Preempted
 from trainer.tracking import TrackerLink
 from trainer.utilities.rank_zero import rank_zero_only
@@ -149,7 +150,14 @@ def eval_sources(datamodule: Any, dataloaders: Any, last_datamodule: Any) -> tup
 def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
               trackers: TrackerLink) -> Iterator[None]:
     """Prepare data and call ``setup`` before a run, ``teardown`` after it; on a failure call ``on_exception``,
-    finish the trackers and (several processes) make sure this process ends promptly."""
+    finish the trackers and (several processes) make sure this process ends promptly. The hook table's profiler
+    is set up first (the setup hooks are timed too) and describes the run at its end."""
+    with run_profiler(hooks.profiler, stage, accelerator):
+        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers)
+
+
+def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
+              trackers: TrackerLink) -> Iterator[None]:
     try:
         if datamodule is not None:
             first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from trainer.compiling import unwrap_compiled
 from trainer.errors import MisconfigurationError
 from trainer.hooks import overrides
 from trainer.module import TrainModule
@@ -14,7 +15,7 @@ from trainer.setup import check_module
 
 def check_trainable(module: Any, accumulate: int | None, clip: float | None, on_nonfinite_loss: str) -> None:
     """Fail before any set-up work when ``module`` cannot be trained as configured."""
-    check_module(module)
+    module = check_module(unwrap_compiled(module)[0])  # fit(torch.compile(module)) trains the module inside
     name = type(module).__name__
     if not overrides(module, TrainModule, "training_step"):
         raise MisconfigurationError(f"{name} has no training_step: add `def training_step(self, batch, batch_idx)` "

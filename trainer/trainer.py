@@ -19,6 +19,7 @@ from callbacks import Callback, ModelCheckpoint
 from engine import Accelerator, set_seed
 from trainer import args as checks
 from trainer.checkpointer import Checkpointer
+from trainer.compiling import take_compiled
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.evaluation import EvaluationLoop, print_results
@@ -28,6 +29,7 @@ from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
 from trainer.plan import RunPlan, batches
+from trainer.profiling import Profiler, profile, profiled_iter, resolve_profiler
 from trainer.schedulers import SchedulerStepper
 from trainer.setup import (
     UNSET,
@@ -82,29 +84,26 @@ class Trainer:
         enable_checkpointing: accepted for Lightning compatibility (add a ``ModelCheckpoint`` to save checkpoints).
         enable_progress_bar / enable_model_summary: add a ``ProgressBar`` / ``ModelSummary`` callback.
         callbacks: more ``Callback`` instances, called in this order.
-        log_with / project_dir / project_name: trackers (default ``"csv"``), where they write (default
-            ``"runs"``), and the run's project name.
+        log_with / project_dir / project_name: trackers (default ``"csv"``), their folder (``"runs"``), run name.
         seed / deterministic: ``engine.set_seed(seed)`` now (seed the model's construction by building the
             Trainer first), and ``torch.use_deterministic_algorithms``.
         detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
+        profiler / compile: a ``trainer.profiling`` profiler or its name; ``torch.compile`` (``trainer.compiling``).
         on_nonfinite_loss: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
             step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such
             optimizer steps; one host sync per step) or ``"ignore"``; see ``trainer.loss_check.LossCheck``.
         preemption_signals / preemption_exit_code: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
-            SLURM's ``--signal``) on which fit, at the next optimizer step boundary and on every process, saves
-            a checkpoint (through the first ``ModelCheckpoint``, else into ``{project_dir}/checkpoints/preempted``),
-            finishes the trackers and raises ``Preempted`` (a ``SystemExit``: the script exits with
-            ``preemption_exit_code``, default 143 = 128 + SIGTERM). ``None`` installs no handler.
+            SLURM) on which fit, at the next optimizer step boundary on every process, saves a checkpoint (the first
+            ``ModelCheckpoint``'s, else ``{project_dir}/checkpoints/preempted``), finishes the trackers and exits
+            with ``preemption_exit_code`` (default 143 = 128 + SIGTERM; ``Preempted``); ``None``: no handler.
         strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
 
     Parts, one job each (the README's "Inside the Trainer" lists them): ``config``, ``plan``, ``stop``,
     ``loss_check``, ``schedulers``, ``checkpointer``, ``evaluation``, ``trackers``, ``metric_logger``.
 
-    Resuming: ``fit(..., ckpt_path="last")`` continues from the newest committed checkpoint (bitwise as if
-    never stopped), or starts fresh when there is none yet, so one command serves the first start and every
-    restart. An exception anywhere in a run calls the callbacks' ``on_exception``, finishes the trackers and,
-    with several processes, destroys the process group, so the other ranks fail in their next collective
-    instead of waiting for it (with NCCL, the launcher ends them once this process exits).
+    Resuming: ``fit(..., ckpt_path="last")`` continues bitwise from the newest committed checkpoint, or starts
+    fresh without one. An exception in a run calls ``on_exception``, finishes the trackers and, with several
+    processes, destroys the process group, so the other ranks fail in their next collective instead of waiting.
 
     Example:
         >>> from torch.utils.data import DataLoader, TensorDataset
@@ -113,8 +112,7 @@ class Trainer:
         ...         super().__init__()
         ...         self.net = torch.nn.Linear(3, 1)
         ...     def training_step(self, batch, batch_idx):
-        ...         x, y = batch
-        ...         return torch.nn.functional.mse_loss(self.net(x), y)
+        ...         return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
         ...     def configure_optimizers(self):
         ...         return torch.optim.SGD(self.parameters(), lr=0.1)
         >>> data = DataLoader(TensorDataset(torch.randn(32, 3), torch.randn(32, 1)), batch_size=8)
@@ -198,9 +196,9 @@ class Trainer:
                  preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE,
                  strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1, logger: Any = None,
                  default_root_dir: str | None = None, benchmark: bool | None = None, inference_mode: bool = True,
-                 use_distributed_sampler: bool = True, profiler: Any = None, barebones: bool = False,
+                 use_distributed_sampler: bool = True, profiler: Profiler | str | None = None, barebones: bool = False,
                  plugins: Any = None, sync_batchnorm: bool = False, reload_dataloaders_every_n_epochs: int = 0,
-                 enable_autolog_hparams: bool = True, model_registry: str | None = None) -> None:
+                 enable_autolog_hparams: bool = True, model_registry: str | None = None, compile: Any = False) -> None:
         self.lightning = lightning = resolve_lightning({k: v for k, v in locals().items() if k in LIGHTNING}, UNSET)
         enable_checkpointing, enable_progress_bar, enable_model_summary, num_sanity_val_steps = lightning.switches
         self.config = TrainerConfig.from_keywords(
@@ -214,7 +212,7 @@ class Trainer:
             log_every_n_steps=log_every_n_steps, enable_checkpointing=enable_checkpointing,
             detect_anomaly=detect_anomaly, on_nonfinite_loss=on_nonfinite_loss,
             preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
-            project_name=project_name)
+            project_name=project_name, compile=compile)
         config = self.config
         self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
         if seed is not None:
@@ -236,6 +234,7 @@ class Trainer:
         self.checkpointer = Checkpointer(acc, self.state, self.plan, self.metric_logger, self.stop, self.loss_check,
                                          self.trackers, self.attached, self)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
+        self.profiler = self.checkpointer.profiler = resolve_profiler(profiler)
         self._world = acc.num_processes
 
     # -- fit ----------------------------------------------------------------------------------------------------
@@ -260,7 +259,7 @@ class Trainer:
         anomaly = torch.autograd.set_detect_anomaly(True) if config.detect_anomaly else contextlib.nullcontext()
         interrupt = one_line_interrupt(self.state, self.checkpointer.newest, self.accelerator.is_main_process)
         with interrupt, self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
-            plan = self.plan
+            plan, module = self.plan, check_module(self.module)  # the module inside a torch.compile shell
             self.lightning.convert_module(module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
                            (self._manual_before_step, self._manual_after_step))
@@ -296,12 +295,14 @@ class Trainer:
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps, self._world
-                for batch_idx, batch in batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch):
+                loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
+                for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
                     size = metrics.new_batch(batch)
                     if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
-                    outputs, loss = self._train_step(batch, batch_idx)
+                    with profile(self.profiler, "run_training_batch"):
+                        outputs, loss = self._train_step(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
                     state.samples_seen += size * world
                     if batch_end_hooks:
@@ -359,7 +360,8 @@ class Trainer:
                 self.loss_check.record(loss, batch_idx)
             self.backward(loss)
             if sync:
-                self._optimizer_step(batch_idx, loss)
+                with profile(self.profiler, "optimizer_step"):
+                    self._optimizer_step(batch_idx, loss)
         return outputs, loss
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -372,7 +374,8 @@ class Trainer:
         for hook in hooks.overriders["on_before_backward"]:
             hook(loss)
         k = self.config.accumulate_grad_batches
-        self.accelerator.backward(loss / k if k > 1 else loss, *args, **kwargs)
+        with profile(self.profiler, "backward"):
+            self.accelerator.backward(loss / k if k > 1 else loss, *args, **kwargs)
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
@@ -510,7 +513,7 @@ class Trainer:
     def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
         module = self._attach(module, datamodule)
-        self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule)
+        self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers):
                 yield hooks
@@ -524,7 +527,7 @@ class Trainer:
             if module is None:
                 raise ValueError("No module given and none was fitted before: pass the module, e.g. "
                                  "trainer.validate(model, dataloaders).")
-        module = check_module(module)
+        module, self.plan.compiler = take_compiled(module, self.config.compile, check_module)
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)
@@ -544,11 +547,9 @@ class Trainer:
                         async_save: bool = False) -> None:
         """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
 
-        Called inside ``fit`` (e.g. from a callback), it is written at the next boundary, so resuming from it
-        continues exactly; elsewhere at once. ``weights_only=True`` writes only the module's weights
-        (``accelerator.save_model``), for inference. ``async_save=True`` writes it in the background
-        (``Accelerator.save_state(async_save=True)``); ``fit`` waits for it before returning. Every process must
-        call it.
+        Inside ``fit`` it is written at the next boundary (a resume continues exactly), elsewhere at once.
+        ``weights_only=True``: only the module's weights, for inference. ``async_save=True``: in the background
+        (``fit`` waits for it before returning). Every process must call it.
         """
         self.checkpointer.save(filepath, weights_only, storage_options, async_save)
 

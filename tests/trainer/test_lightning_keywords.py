@@ -32,7 +32,7 @@ QUIET_ON = {k: v for k, v in QUIET.items() if k not in ("log_with", "enable_chec
     ({"num_nodes": 2}, ValueError, r"num_nodes=2\) needs one launch per machine: run `ember launch --nnodes 2"),
     ({"logger": "csv"}, TypeError, r"logger=...\) takes True / False, a logger.*Received: str"),
     ({"logger": CSVLogger("x"), "log_with": "csv"}, ValueError, r"both choose the trackers"),
-    ({"profiler": "simple"}, ValueError, r"profiler='simple'\) is not supported yet: use torch.profiler"),
+    ({"profiler": "simpel"}, ValueError, r"profiler='simpel'\) is not a known profiler. Did you mean 'simple'"),
     ({"plugins": ["x"]}, ValueError, r"plugins=\['x'\]\) is not supported"),
     ({"model_registry": "m"}, ValueError, r"model_registry='m'\) is not supported"),
     ({"reload_dataloaders_every_n_epochs": 1}, ValueError, r"reload_dataloaders_every_n_epochs=1\) is not supported"),

@@ -1,0 +1,155 @@
+"""Tuner: lr_find on a small regression suggests a rate in a known range, stops on divergence, plots a PNG and
+leaves the module as it was; scale_batch_size doubles / bisects, stops at out-of-memory or a configured limit."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from tests.trainer.helpers import QUIET
+from trainer import DataModule, Trainer, TrainModule
+from trainer.tuner import Tuner, is_out_of_memory
+
+
+def regression(n: int = 512, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=generator)
+    return TensorDataset(x, x @ torch.linspace(-1, 1, 8, dtype=torch.float32).unsqueeze(1))
+
+
+class Model(TrainModule):
+    def __init__(self, lr: float = 1e-3, batch_size: int = 16, memory_limit: int | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.lr, self.batch_size, self.memory_limit = lr, batch_size, memory_limit
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.sizes: list[int] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        self.sizes.append(len(x))
+        if self.memory_limit is not None and len(x) > self.memory_limit:
+            raise MemoryError(f"a batch of {len(x)} does not fit")  # what an allocation failure raises on a CPU
+        return torch.nn.functional.mse_loss(self.net(self.norm(x)), y)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(regression(), batch_size=self.batch_size, shuffle=True)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def trainer() -> Trainer:
+    return Trainer(**QUIET, max_epochs=1)
+
+
+def test_lr_find_suggests_a_rate_in_range_and_restores_everything(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    module = Model()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    rng = torch.get_rng_state()
+    finder = Tuner(trainer()).lr_find(module, min_lr=1e-5, max_lr=10.0, num_training=60)
+    lrs = finder.results["lr"]
+    assert lrs[0] == pytest.approx(1e-5) and all(b > a for a, b in itertools.pairwise(lrs))  # exponential sweep
+    assert len(lrs) < 60  # diverged before reaching lr=10 and stopped early
+    suggestion = finder.suggestion()
+    assert suggestion is not None and 1e-4 <= suggestion <= 1.0  # where the loss of this regression falls
+    assert module.lr == suggestion and module.hparams["lr"] == 1e-3  # the attribute found first is updated
+    for key, value in module.state_dict().items():
+        assert torch.equal(value, before[key]), key  # weights and batch-norm buffers as they were
+    assert torch.equal(torch.get_rng_state(), rng)
+    path = tmp_path / "lr.png"
+    finder.plot(path=path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# Recorded from Lightning 2.6.6 by tests/parity_scripts/lr_find_lightning.py: the same model, initial weights and
+# unshuffled batches; the sweep diverged and stopped after 50 of 60 steps.
+LIGHTNING_LOSSES = [
+    1.847413, 2.694001, 2.517021, 2.737632, 2.867834, 2.955698, 2.952022, 3.235838, 3.276535,
+    3.720369, 3.776418, 3.83222, 3.973138, 3.945643, 3.903156, 3.863023, 3.97938, 3.873287,
+    3.840138, 3.924084, 3.816859, 3.708852, 3.660753, 3.741322, 3.744356, 3.747174, 3.804719,
+    3.762694, 3.762802, 3.762863, 3.713005, 3.702511, 3.676335, 3.652012, 3.564121, 3.531875,
+    3.484647, 3.428293, 3.375131, 3.333932, 3.248107, 3.17831, 3.116147, 3.092848, 3.07281,
+    3.031487, 3.109661, 3.259922, 5.166302, 21.778792]
+LIGHTNING_SUGGESTION = 0.00025118864315095806
+
+
+def test_lr_find_matches_lightning() -> None:
+    torch.manual_seed(0)
+    module = Model()
+    loader = DataLoader(regression(), batch_size=16)
+    finder = Tuner(trainer()).lr_find(module, loader, min_lr=1e-5, max_lr=10.0, num_training=60)
+    assert finder.results["loss"] == pytest.approx(LIGHTNING_LOSSES, rel=1e-4)
+    assert finder.results["lr"][:3] == pytest.approx([1e-5, 1.5848931924611134e-05, 1.99526231496888e-05])
+    assert finder.suggestion() == pytest.approx(LIGHTNING_SUGGESTION)
+
+
+def test_lr_find_bad_ranges_fail_early() -> None:
+    with pytest.raises(ValueError, match=r"min_lr=0.1, max_lr=0.01.*min_lr must be below max_lr"):
+        Tuner(trainer()).lr_find(Model(), min_lr=0.1, max_lr=0.01)
+    with pytest.raises(ValueError, match=r"min_lr=.*> 0.*Received: 0"):
+        Tuner(trainer()).lr_find(Model(), min_lr=0)
+    with pytest.raises(ValueError, match="mode=.*'exponential', 'linear'.*'log'"):
+        Tuner(trainer()).lr_find(Model(), mode="log")
+
+    class NoLr(Model):
+        def __init__(self) -> None:
+            super().__init__()
+            del self.lr
+            self._hparams.pop("lr")  # type: ignore[attr-defined]
+
+    with pytest.raises(AttributeError, match="lr_find.*NoLr.lr or .learning_rate.*attr_name"):
+        Tuner(trainer()).lr_find(NoLr())
+
+
+def test_lr_find_linear_mode_and_no_update() -> None:
+    module = Model()
+    finder = Tuner(trainer()).lr_find(module, min_lr=1e-4, max_lr=1e-2, num_training=20, mode="linear",
+                                      early_stop_threshold=None, update_attr=False)
+    assert len(finder.results["lr"]) == 20 and finder.results["lr"][-1] == pytest.approx(1e-2)
+    lrs = finder.results["lr"]  # Lightning's _LinearLR: step i > 0 is (i + 1) / 20 of the way
+    assert lrs[0] == 1e-4 and lrs[2] - lrs[1] == pytest.approx((1e-2 - 1e-4) / 20)
+    assert module.lr == 1e-3
+
+
+def test_scale_batch_size_power_stops_at_out_of_memory() -> None:
+    module = Model(memory_limit=40)
+    size = Tuner(trainer()).scale_batch_size(module, mode="power", steps_per_trial=1, init_val=4)
+    assert size == 32 and module.batch_size == 32  # 4, 8, 16, 32 fit; 64 raised MemoryError
+    assert sorted(set(module.sizes)) == [4, 8, 16, 32, 64]
+
+
+def test_scale_batch_size_binsearch_refines_between_fit_and_failure() -> None:
+    module = Model(memory_limit=40)
+    size = Tuner(trainer()).scale_batch_size(module, mode="binsearch", steps_per_trial=1, init_val=4)
+    assert size == 40  # 32 fit, 64 failed, then 48 (no), 40 (yes), 44 (no), 42 (no), 41 (no)
+
+
+def test_scale_batch_size_stops_at_the_configured_limit_and_on_a_data_module() -> None:
+    class Data(DataModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batch_size = 2
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(regression(), batch_size=self.batch_size)
+
+    data = Data()
+    module = Model()
+    assert Tuner(trainer()).scale_batch_size(module, datamodule=data, steps_per_trial=1, max_val=24) == 24
+    assert data.batch_size == 24 and module.batch_size == 16  # the data module's attribute is the one used
+    with pytest.raises(ValueError, match="cannot resize loaders passed directly"):
+        Tuner(trainer()).scale_batch_size(module, train_dataloaders=module.train_dataloader())
+    with pytest.raises(AttributeError, match="Model.bs .*batch_arg_name"):
+        Tuner(trainer()).scale_batch_size(Model(), batch_arg_name="bs")
+
+
+def test_out_of_memory_is_recognised() -> None:
+    assert is_out_of_memory(MemoryError()) and is_out_of_memory(RuntimeError("CUDA out of memory. Tried ..."))
+    assert not is_out_of_memory(RuntimeError("shape mismatch")) and not is_out_of_memory(ValueError("x"))
