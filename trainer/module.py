@@ -393,12 +393,13 @@ class StepRouter(torch.nn.Module):
         return self._target
 
     def forward(self, step: str, *args: Any) -> Any:
-        fn = self._steps.get(step)
+        key = (step, len(args))
+        fn = self._steps.get(key)
         if fn is None:
-            fn = step_function(self._target, step)
+            fn = step_function(self._target, step, len(args))
             if self._compiler is not None:
                 fn = self._compiler(fn)
-            self._steps[step] = fn
+            self._steps[key] = fn
         return fn(*args)
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
@@ -415,11 +416,12 @@ class StepRouter(torch.nn.Module):
         return self
 
 
-def step_function(module: TrainModule, name: str) -> Callable[..., Any]:
-    """``module.<name>`` called with as many of ``(batch, batch_idx, dataloader_idx)`` as its signature takes.
+def step_function(module: TrainModule, name: str, given: int = 3) -> Callable[..., Any]:
+    """``module.<name>`` called with as many of the ``given`` arguments (``batch, batch_idx[, dataloader_idx]``)
+    as its signature takes.
 
     Lightning inspects the step's signature, so ``def training_step(self, batch)`` works; the check is done once
-    here, and a step taking every argument is returned as it is (no wrapper on the hot path).
+    here, and a step taking every given argument is returned as it is (no wrapper on the hot path).
 
     Example:
         >>> class M(TrainModule):
@@ -435,7 +437,7 @@ def step_function(module: TrainModule, name: str) -> Callable[..., Any]:
             return fn
         if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
             taken += 1
-    if taken >= 3:
+    if taken >= given:
         return fn
 
     def call(*args: Any) -> Any:

@@ -178,7 +178,7 @@ class RunPlan:
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
         bare = self.model is router and self.compiler is None and "forward" not in vars(router) and not (
             router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
-        self.training_step = (step_function(module, "training_step") if bare
+        self.training_step = (step_function(module, "training_step", 2) if bare
                               else functools.partial(self.model, "training_step"))
 
     # -- cadence ----------------------------------------------------------------------------------------------
