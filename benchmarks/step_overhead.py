@@ -23,14 +23,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 StepFn = Callable[[int], None]
 
 
-def _data(n: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
+# Set by share_model_and_data(): every variant then trains the same parameters on the same batch tensors.
+_SHARED: dict[str, Any] = {}
+
+
+def share_model_and_data() -> None:
+    """Give every variant built from now on the same model object and the same batches.
+
+    Separately built models and batches sit at different addresses, and that alone moves a step of this tiny
+    MLP by up to +-20 us from one instance to the next (measured: two raw loops built one after the other).
+    With one model and one batch list, every variant runs the same kernels on the same memory, so the
+    differences left are the loops' own code. Each variant still has its own optimizer (plain SGD keeps no
+    state), and all of them apply the same updates.
+    """
+    _SHARED["model"], _SHARED["data"] = _new_model(), _new_data()
+
+
+def _new_data(n: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     return [(torch.randn(64, 32, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(n)]
 
 
-def _model() -> torch.nn.Module:
+def _new_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def _data(n: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return _SHARED["data"] if "data" in _SHARED and n == 64 else _new_data(n)
+
+
+def _model() -> torch.nn.Module:
+    return _SHARED["model"] if "model" in _SHARED else _new_model()
 
 
 def make_raw() -> StepFn:
@@ -104,22 +128,37 @@ def _run(fn: Any, steps: int) -> tuple[float, float]:
     return time.perf_counter() - start, time.thread_time() - cpu_start
 
 
-def measure(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> tuple[dict[str, float],
-                                                                                     dict[str, float]]:
-    """Median wall and CPU microseconds per step for each variant, interleaved round by round."""
+Samples = dict[str, list[float]]
+
+
+def measure_rounds(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> tuple[Samples, Samples]:
+    """Wall and CPU microseconds per step of each variant in each round (variants interleaved round by round)."""
     torch.set_num_threads(1)
     fns = {name: make() for name, make in variants.items()}
     for fn in fns.values():  # warm-up
         _run(fn, 50)
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    wall: Samples = {name: [] for name in fns}
+    cpu: Samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             seconds, cpu_seconds = _run(fn, steps)
             wall[name].append(seconds / steps * 1e6)
             cpu[name].append(cpu_seconds / steps * 1e6)
+    return wall, cpu
+
+
+def measure(variants: dict[str, Callable[[], Any]], rounds: int, steps: int) -> tuple[dict[str, float],
+                                                                                     dict[str, float]]:
+    """Median wall and CPU microseconds per step for each variant, interleaved round by round."""
+    wall, cpu = measure_rounds(variants, rounds, steps)
     return ({name: statistics.median(v) for name, v in wall.items()},
             {name: statistics.median(v) for name, v in cpu.items()})
+
+
+def paired_excess(samples: Samples, name: str, baseline: str) -> float:
+    """Median over rounds of ``name``'s time minus ``baseline``'s in the same round: a slow stretch of the
+    machine hits both sides of each difference, so this is steadier than a difference of medians."""
+    return statistics.median(a - b for a, b in zip(samples[name], samples[baseline]))
 
 
 def main() -> None:

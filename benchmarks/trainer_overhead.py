@@ -9,7 +9,9 @@ one-time set-up excluded, everything per epoch and per step included). The Train
 
 ``python -c "import trainer"`` is timed against ``python -c "import torch"`` in interleaved fresh interpreters.
 
-Run: ``python benchmarks/trainer_overhead.py [--rounds 15 --steps 300 --import-rounds 10]``. The variants
+Run: ``python benchmarks/trainer_overhead.py [--rounds 31 --steps 300 --import-rounds 10]``. Every variant
+trains the same model object on the same batch tensors (``step_overhead.share_model_and_data``; turn it off with
+``--separate-models``), and each excess is the median of per-round differences. The variants
 also appear in ``benchmarks/step_overhead.py`` (``TRAINER_VARIANTS``).
 """
 
@@ -73,7 +75,7 @@ class RawLoaderLoop:
 class TrainerLoop:
     """A Trainer that runs one epoch of ``steps`` batches per ``run_steps`` call and times it from the inside."""
 
-    def __init__(self, log_every_n_steps: int = 50, logging: bool = True) -> None:
+    def __init__(self, log_every_n_steps: int = 50, logging: bool = True, tracker: str | None = "") -> None:
         from callbacks import Callback
         from trainer import Trainer, TrainModule
 
@@ -104,7 +106,7 @@ class TrainerLoop:
 
         self.timer = EpochTimer()
         self.folder = tempfile.TemporaryDirectory(prefix="ember-bench-")
-        self.trainer = Trainer(max_epochs=0, log_with="csv" if logging else None, project_dir=self.folder.name,
+        self.trainer = Trainer(max_epochs=0, log_with=tracker if tracker != "" else ("csv" if logging else None), project_dir=self.folder.name,
                                num_sanity_val_steps=0, enable_checkpointing=False,
                                enable_model_summary=False, log_every_n_steps=log_every_n_steps,
                                callbacks=[self.timer])
@@ -207,21 +209,27 @@ def import_overhead(rounds: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    from benchmarks.step_overhead import make_engine, make_raw, measure
+    from benchmarks.step_overhead import make_engine, make_raw, measure_rounds, paired_excess, share_model_and_data
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--import-rounds", type=int, default=10)
+    parser.add_argument("--separate-models", action="store_true",
+                        help="give each variant its own model and batches (see share_model_and_data)")
     args = parser.parse_args()
+    if not args.separate_models:
+        share_model_and_data()
     variants = {"raw": make_raw, "engine": make_engine, **TRAINER_VARIANTS}
-    wall, cpu = measure(variants, args.rounds, args.steps)
+    wall, cpu = measure_rounds(variants, args.rounds, args.steps)
+    print(f"{args.rounds} interleaved rounds of {args.steps} steps; 'over X' = median over rounds of (loop - X) in "
+          f"the same round; CPU = this thread's time")
     print(f"{'loop':<30}{'us/step':>9}{'over raw':>10}{'over raw+DL':>13}{'cpu us/step':>13}{'over raw':>10}"
           f"{'over raw+DL':>13}")
     for name in wall:
-        print(f"{name:<30}{wall[name]:>9.1f}{wall[name] - wall['raw']:>+10.1f}"
-              f"{wall[name] - wall['raw + DataLoader']:>+13.1f}{cpu[name]:>13.1f}{cpu[name] - cpu['raw']:>+10.1f}"
-              f"{cpu[name] - cpu['raw + DataLoader']:>+13.1f}")
+        print(f"{name:<30}{statistics.median(wall[name]):>9.1f}{paired_excess(wall, name, 'raw'):>+10.1f}"
+              f"{paired_excess(wall, name, 'raw + DataLoader'):>+13.1f}{statistics.median(cpu[name]):>13.1f}"
+              f"{paired_excess(cpu, name, 'raw'):>+10.1f}{paired_excess(cpu, name, 'raw + DataLoader'):>+13.1f}")
     torch_s, trainer_s = import_overhead(args.import_rounds)
     print(f"\nimport torch: {torch_s:.3f} s, import trainer: {trainer_s:.3f} s, "
           f"trainer over torch: {trainer_s - torch_s:+.3f} s")

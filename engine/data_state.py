@@ -146,13 +146,16 @@ class _IndexStream:
         # DataLoader may call iter() more than once per pass (the worker iterator does, in __init__ and in
         # _reset) and drop the first: so read the settings now, but draw nothing until the first batch is asked.
         c = self.control
-        batches = self._batches(c.start, c.keep_first, c.seed_base)
+        # chain.from_iterable asks _batches for its iterator on the first draw only, then reads it in C: lazy
+        # without a Python generator frame per batch.
+        batches = itertools.chain.from_iterable(self._batches(c.start, c.keep_first, c.seed_base))
         if c.peek_ahead:
             c.peek = _Peeking(batches)
             return c.peek
         return batches
 
-    def _batches(self, start: int, keep: int, seed_base: int | None) -> Iterator[Any]:
+    def _batches(self, start: int, keep: int, seed_base: int | None) -> Iterator[Iterator[Any]]:
+        """Yields one item: the iterator of this pass's index batches (built when the first one is drawn)."""
         head = 0
         if start == 0:
             batches: Iterator[Any] = iter(self.source)
@@ -167,11 +170,10 @@ class _IndexStream:
             seen.clear()
             batches = _recorded(batches, seen)
         if seed_base is None:
-            yield from batches
+            yield batches
             return
         numbers = itertools.chain(range(head), itertools.count(start)) if start else itertools.count()
-        for number, batch in zip(numbers, batches):
-            yield _SeededIndices(batch, _splitmix64(seed_base + number))
+        yield (_SeededIndices(batch, _splitmix64(seed_base + number)) for number, batch in zip(numbers, batches))
 
 
 def _recorded(batches: Iterator[Any], seen: list[Any]) -> Iterator[Any]:

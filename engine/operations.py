@@ -59,6 +59,13 @@ def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bo
     if isinstance(skip_keys, str):
         skip_keys = [skip_keys]
     if isinstance(data, (tuple, list)):
+        # The usual batch, a tuple of tensors already in place, is checked in this one call.
+        cpu = getattr(device, "type", device) == "cpu"
+        for item in data:
+            if not isinstance(item, torch.Tensor) or not (item.is_cpu if cpu else item.device == device):
+                break
+        else:
+            return data
         moved = [send_to_device(t, device, non_blocking, skip_keys) for t in data]
         if all(m is d for m, d in zip(moved, data)):
             return data

@@ -12,6 +12,34 @@ from engine.operations import send_to_device
 from engine.state import GradientState
 
 
+_TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
+
+
+def zeroes_plainly(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.zero_grad()`` is torch's own (not overridden by its class or patched on the object), so
+    ``clear_grads`` may stand in for it."""
+    return type(optimizer).zero_grad is _TORCH_ZERO_GRAD and "zero_grad" not in vars(optimizer)
+
+
+def clear_grads(optimizer: torch.optim.Optimizer, plain: bool) -> None:
+    """``optimizer.zero_grad()`` (``set_to_none=True``), about 20 µs cheaper per call on CPU when that is allowed.
+
+    torch's ``Optimizer.zero_grad`` wraps its loop (set every ``.grad`` to None) in a dynamo guard and a profiler
+    range, which cost several times the loop on a small model. ``plain`` is ``zeroes_plainly(optimizer)``, worked
+    out once by the caller; with it, and when neither wrapper can matter (no profiler recording, not inside
+    ``torch.compile``), the loop runs alone: the same gradients end as None. Otherwise torch's method is called.
+    """
+    if plain and not _profiler_enabled() and not torch.compiler.is_compiling():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
+    else:
+        optimizer.zero_grad()
+
+
+_profiler_enabled = torch._C._autograd._profiler_enabled
+
+
 class OptimizerView(torch.optim.Optimizer):
     """A real ``torch.optim.Optimizer`` (``isinstance`` holds) whose state lives in ``self.optimizer``.
 
@@ -77,6 +105,7 @@ class AcceleratedOptimizer(OptimizerView):
         self.device_placement = device_placement
         self._is_overflow = False
         self._accepts_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
+        self._plain_zero_grad = zeroes_plainly(optimizer)
         if device_placement and device is not None and device.type != "cpu" and optimizer.state:
             state_dict = send_to_device(optimizer.state_dict(), device)
             optimizer.load_state_dict(state_dict)
@@ -84,11 +113,10 @@ class AcceleratedOptimizer(OptimizerView):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         if not self.gradient_state.sync_gradients:
             return
-        if set_to_none is None:
-            if self._accepts_set_to_none:
-                self.optimizer.zero_grad(set_to_none=True)
-            else:
-                self.optimizer.zero_grad()
+        if self._plain_zero_grad and set_to_none is not False:
+            clear_grads(self.optimizer, plain=True)
+        elif set_to_none is None:
+            self.optimizer.zero_grad(**({"set_to_none": True} if self._accepts_set_to_none else {}))
         elif self._accepts_set_to_none:
             self.optimizer.zero_grad(set_to_none=set_to_none)
         else:

@@ -21,7 +21,16 @@ NONFINITE_CHOICES = ("raise", "skip", "ignore")
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Validated Trainer settings (see ``Trainer`` for what each one means).
+    """Validated Trainer settings (see ``Trainer`` for what each one means; the longer stories are here).
+
+    ``on_nonfinite_loss``: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
+    step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such optimizer
+    steps; one host sync per step) or ``"ignore"``; see ``trainer.loss_check.LossCheck``.
+
+    ``preemption_signals`` / ``preemption_exit_code``: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
+    SLURM) on which fit, at the next optimizer step boundary on every process, saves a checkpoint (the first
+    ``ModelCheckpoint``'s, else ``{project_dir}/checkpoints/preempted``), finishes the trackers and exits with
+    ``preemption_exit_code`` (default 143 = 128 + SIGTERM; ``Preempted``); ``None``: no handler.
 
     Example:
         >>> config = TrainerConfig.from_keywords(max_epochs=3, fast_dev_run=2)

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from engine import Accelerator
+from engine.optimizer import zeroes_plainly
 from trainer import args as checks
 from trainer.compiling import Compiler
 from trainer.config import TrainerConfig
@@ -61,6 +62,8 @@ class RunPlan:
         self.scheduler_configs: list[SchedulerConfig] = []
         self.automatic = True
         self.custom_optimizer_step = self.custom_zero_grad = self.clip = False
+        self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
+        self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
 
     # -- fit ------------------------------------------------------------------------------------------------
     def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
@@ -109,6 +112,9 @@ class RunPlan:
         self.automatic = not manual
         self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")
         self.custom_zero_grad = overrides(module, TrainModule, "optimizer_zero_grad")
+        if self.optimizers:
+            self.torch_optimizer = getattr(self.optimizers[0], "optimizer", self.optimizers[0])
+            self.plain_zero_grad = zeroes_plainly(self.torch_optimizer)
         self.clip = config.gradient_clip_val is not None or overrides(module, TrainModule,
                                                                       "configure_gradient_clipping")
 

@@ -17,6 +17,7 @@ import torch
 
 from callbacks import Callback, ModelCheckpoint
 from engine import Accelerator, set_seed
+from engine.optimizer import clear_grads
 from trainer import args as checks
 from trainer.checkpointer import Checkpointer
 from trainer.compiling import take_compiled
@@ -29,7 +30,7 @@ from trainer.loss_check import LossCheck
 from trainer.metrics import MetricLogger, to_python
 from trainer.module import TrainModule
 from trainer.plan import RunPlan, batches
-from trainer.profiling import Profiler, profile, profiled_iter, resolve_profiler
+from trainer.profiling import Profiler, profiled, profiled_iter, resolve_profiler
 from trainer.schedulers import SchedulerStepper
 from trainer.setup import (
     UNSET,
@@ -89,13 +90,8 @@ class Trainer:
             Trainer first), and ``torch.use_deterministic_algorithms``.
         detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
         profiler / compile: a ``trainer.profiling`` profiler or its name; ``torch.compile`` (``trainer.compiling``).
-        on_nonfinite_loss: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
-            step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such
-            optimizer steps; one host sync per step) or ``"ignore"``; see ``trainer.loss_check.LossCheck``.
-        preemption_signals / preemption_exit_code: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
-            SLURM) on which fit, at the next optimizer step boundary on every process, saves a checkpoint (the first
-            ``ModelCheckpoint``'s, else ``{project_dir}/checkpoints/preempted``), finishes the trackers and exits
-            with ``preemption_exit_code`` (default 143 = 128 + SIGTERM; ``Preempted``); ``None``: no handler.
+        on_nonfinite_loss: ``"raise"`` (default), ``"skip"`` or ``"ignore"`` a NaN/inf loss (``TrainerConfig``).
+        preemption_signals / preemption_exit_code: save, finish and exit on these signals (``TrainerConfig``).
         strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
 
     Parts, one job each (the README's "Inside the Trainer" lists them): ``config``, ``plan``, ``stop``,
@@ -287,6 +283,7 @@ class Trainer:
         # The per-batch hooks are called only when something overrides them (their tuples are usually empty).
         batch_start_hooks = hooks.overriders["on_train_batch_start"]
         batch_end_hooks = hooks.overriders["on_train_batch_end"]
+        run_batch = profiled(self.profiler, "run_training_batch", self._train_step)  # no wrapper without one
         with self.checkpointer.boundaries():  # checkpoints are written where a resume continues exactly
             while not self._fit_done():
                 model.train()
@@ -301,8 +298,7 @@ class Trainer:
                     if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
-                    with profile(self.profiler, "run_training_batch"):
-                        outputs, loss = self._train_step(batch, batch_idx)
+                    outputs, loss = run_batch(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
                     state.samples_seen += size * world
                     if batch_end_hooks:
@@ -359,9 +355,11 @@ class Trainer:
             if self.loss_check.active:
                 self.loss_check.record(loss, batch_idx)
             self.backward(loss)
-            if sync:
-                with profile(self.profiler, "optimizer_step"):
+            if sync and self.profiler.records:
+                with self.profiler.profile("optimizer_step"):
                     self._optimizer_step(batch_idx, loss)
+            elif sync:
+                self._optimizer_step(batch_idx, loss)
         return outputs, loss
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -374,14 +372,19 @@ class Trainer:
         for hook in hooks.overriders["on_before_backward"]:
             hook(loss)
         k = self.config.accumulate_grad_batches
-        with profile(self.profiler, "backward"):
-            self.accelerator.backward(loss / k if k > 1 else loss, *args, **kwargs)
+        if k > 1:
+            loss = loss / k
+        if self.profiler.records:
+            with self.profiler.profile("backward"):
+                self.accelerator.backward(loss, *args, **kwargs)
+        else:  # the usual case: no context manager per step
+            self.accelerator.backward(loss, *args, **kwargs)
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
     def _optimizer_step(self, batch_idx: int, loss: torch.Tensor) -> None:
         hooks, plan, state, config = self._hooks, self.plan, self.state, self.config
-        module = self.module
+        module = self.attached.module
         assert hooks is not None and module is not None
         optimizer = plan.optimizers[0]
         if config.on_nonfinite_loss == "skip" and self.loss_check.should_skip():
@@ -403,16 +406,17 @@ class Trainer:
     def _zero_grad(self, batch_idx: int) -> None:
         """``on_before_zero_grad`` and ``optimizer_zero_grad`` with the torch optimizer (as Lightning passes it):
         the engine's wrapper zeroes only on syncing micro-steps, and a window's first batch may not sync."""
-        hooks, module = self._hooks, self.module
-        assert hooks is not None and module is not None
-        optimizer = self.plan.optimizers[0]
-        optimizer = getattr(optimizer, "optimizer", optimizer)
+        hooks, plan = self._hooks, self.plan
+        assert hooks is not None
+        optimizer = plan.torch_optimizer
         for hook in hooks.overriders["on_before_zero_grad"]:
             hook(optimizer)
-        if self.plan.custom_zero_grad:
+        if plan.custom_zero_grad:
+            module = self.attached.module
+            assert module is not None
             module.optimizer_zero_grad(self.state.epoch, batch_idx, optimizer)
-        else:
-            optimizer.zero_grad()
+        else:  # optimizer.zero_grad(), without torch's per-call profiler range when no profiler records
+            clear_grads(optimizer, plan.plain_zero_grad)
 
     def _manual_before_step(self, optimizer: torch.optim.Optimizer) -> None:
         assert self._hooks is not None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 from trainer.profiling.advanced import AdvancedProfiler
 from trainer.profiling.base import PassThroughProfiler, Profiler
@@ -18,6 +19,8 @@ from trainer.profiling.pytorch import PyTorchProfiler
 from trainer.profiling.simple import SimpleProfiler
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 _NOTHING = contextlib.nullcontext()  # reusable: no profiler costs one `with` on a shared object
 
 PROFILERS: dict[str, type[Profiler]] = {"simple": SimpleProfiler, "advanced": AdvancedProfiler,
@@ -53,6 +56,19 @@ def profile(profiler: Profiler | None, action_name: str) -> contextlib.AbstractC
     return _NOTHING if profiler is None or not profiler.records else profiler.profile(action_name)
 
 
+def profiled(profiler: Profiler | None, action_name: str, fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` with each call recorded as ``action_name``; ``fn`` itself without a profiler (no per-call cost)."""
+    if profiler is None or not profiler.records:
+        return fn
+
+    @functools.wraps(fn)
+    def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
+        with profiler.profile(action_name):
+            return fn(*args, **kwargs)
+
+    return recorded
+
+
 def profiled_iter(profiler: Profiler | None, action_name: str, iterable: Iterable[T]) -> Iterable[T]:
     """``iterable`` with each fetch recorded as ``action_name`` (``iterable`` itself without a profiler)."""
     return iterable if profiler is None or not profiler.records else profiler.iterate(action_name, iterable)
@@ -80,6 +96,7 @@ __all__ = [
     "PyTorchProfiler",
     "SimpleProfiler",
     "profile",
+    "profiled",
     "profiled_iter",
     "resolve_profiler",
     "run_profiler",
