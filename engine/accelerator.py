@@ -441,6 +441,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         else:
             self.step += 1
             self.gradient_state._set_sync_gradients(sync)
+            if sync or not self._use_distributed:
+                return _NO_CONTEXT
         if self.gradient_state.sync_gradients or not self._use_distributed or self.gradient_state.sync_each_batch:
             return _NO_CONTEXT
         stack = contextlib.ExitStack()

@@ -27,7 +27,6 @@ _M64 = (1 << 64) - 1
 _LOADER_SALT = 0x6C6F61646572  # separates the DataLoader-seed stream from the worker streams
 _WORKER_SALT = 0x776F726B6572
 _END = object()
-_UNREAD = object()
 
 
 def _splitmix64(x: int) -> int:
@@ -97,25 +96,28 @@ def _user_worker_init(fn: Any) -> Callable[[int], None] | None:
 
 
 class _Peeking:
-    """Iterator that reads one item ahead so ``exhausted`` is known when the last item is returned."""
+    """Reads an iterator one item ahead so ``exhausted`` is known when the last item is returned.
 
-    __slots__ = ("_it", "_next", "exhausted")
+    ``items`` is the iterator to draw from: a generator, which resumes for less than a ``__next__`` method costs
+    (this runs once per batch).
+    """
+
+    __slots__ = ("exhausted", "items")
 
     def __init__(self, it: Iterator[Any]) -> None:
-        self._it = it
-        self._next: Any = _UNREAD
         self.exhausted = False
+        self.items = self._ahead(it)
 
-    def __iter__(self) -> _Peeking:
-        return self
-
-    def __next__(self) -> Any:
-        if self.exhausted:
-            raise StopIteration
-        current = next(self._it) if self._next is _UNREAD else self._next
-        self._next = next(self._it, _END)
-        self.exhausted = self._next is _END
-        return current
+    def _ahead(self, it: Iterator[Any]) -> Iterator[Any]:
+        current = next(it, _END)
+        if current is _END:
+            self.exhausted = True
+            return
+        for upcoming in it:
+            yield current
+            current = upcoming
+        self.exhausted = True
+        yield current
 
 
 class _StreamControl:
@@ -151,7 +153,7 @@ class _IndexStream:
         batches = itertools.chain.from_iterable(self._batches(c.start, c.keep_first, c.seed_base))
         if c.peek_ahead:
             c.peek = _Peeking(batches)
-            return c.peek
+            return c.peek.items
         return batches
 
     def _batches(self, start: int, keep: int, seed_base: int | None) -> Iterator[Iterator[Any]]:

@@ -178,14 +178,14 @@ class MetricLogger:
             self._log_metric_object(record, value, enable_graph)
             return
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(f"self.log({name!r}, value) needs a scalar; got a tensor of shape "
-                                 f"{tuple(value.shape)}. Reduce it (e.g. .mean()) or log its parts under separate "
-                                 "names.")
+            if value.ndim:  # a 0-d tensor (the usual loss) is a scalar: numel() is only asked of the others
+                if value.numel() != 1:
+                    raise ValueError(f"self.log({name!r}, value) needs a scalar; got a tensor of shape "
+                                     f"{tuple(value.shape)}. Reduce it (e.g. .mean()) or log its parts under "
+                                     "separate names.")
+                value = value.reshape(())
             if not enable_graph:
                 value = value.detach()
-            if value.ndim:
-                value = value.reshape(())
         elif not isinstance(value, (int, float)):
             raise TypeError(f"self.log({name!r}, value) takes a number or a one-element tensor; got "
                             f"{type(value).__name__} ({value!r:.80}). Log several values with self.log_dict.")

@@ -231,6 +231,7 @@ class Trainer:
                                          self.trackers, self.attached, self)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self.profiler = self.checkpointer.profiler = resolve_profiler(profiler)
+        self._engine_backward = profiled(self.profiler, "backward", acc.backward)  # no wrapper without a profiler
         self._world = acc.num_processes
 
     # -- fit ----------------------------------------------------------------------------------------------------
@@ -372,13 +373,7 @@ class Trainer:
         for hook in hooks.overriders["on_before_backward"]:
             hook(loss)
         k = self.config.accumulate_grad_batches
-        if k > 1:
-            loss = loss / k
-        if self.profiler.records:
-            with self.profiler.profile("backward"):
-                self.accelerator.backward(loss, *args, **kwargs)
-        else:  # the usual case: no context manager per step
-            self.accelerator.backward(loss, *args, **kwargs)
+        self._engine_backward(loss / k if k > 1 else loss, *args, **kwargs)
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
