@@ -9,7 +9,10 @@ the two are timed interleaved, round by round, on the same machine state (the or
 
 Each save writes a new folder (the previous one is deleted untimed); each load reads the folder just saved and
 applies it to the model and optimizer. Ember does more: it fsyncs every file, writes a checksummed manifest and
-commits by an atomic rename, and verifies the checksums when loading; Accelerate does none of that. Printed:
+commits by an atomic rename, and verifies the checksums when loading; Accelerate does none of that. So each save
+is also timed until its files are on disk ("save, durable": the save plus an ``os.sync()`` right after it),
+which is what Accelerate's save would need for the same promise; Ember's fsyncs leave that sync little to do.
+Printed:
 medians (and ranges) of ``--rounds`` rounds and the ratio Accelerate time / Ember time (>= 1.0: Ember is not
 slower), from the medians and from the best rounds.
 
@@ -73,7 +76,8 @@ def worker(size_mb: int) -> None:
             accelerator.save_state(folder)
         else:
             accelerator.load_state(folder)
-        print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"seconds": seconds, "durable": seconds + _sync_seconds()}), flush=True)
 
 
 class AccelerateColumn:
@@ -94,8 +98,10 @@ class AccelerateColumn:
             raise RuntimeError(f"the Accelerate worker exited with code {self._proc.wait()}")
         return line
 
-    def run(self, verb: str, folder: str) -> float:
-        return float(json.loads(self._ask(f"{verb} {folder}"))["seconds"])
+    def run(self, verb: str, folder: str) -> tuple[float, float]:
+        """Seconds of ``verb``, and seconds until its files are on disk (plus an ``os.sync()`` right after)."""
+        answer = json.loads(self._ask(f"{verb} {folder}"))
+        return float(answer["seconds"]), float(answer["durable"])
 
     def close(self) -> None:
         if self._proc.stdin is not None:
@@ -103,11 +109,19 @@ class AccelerateColumn:
         self._proc.wait(timeout=60)
 
 
-def _timed(fn: Any) -> float:
+def _sync_seconds() -> float:
+    start = time.perf_counter()
+    os.sync()
+    return time.perf_counter() - start
+
+
+def _timed(fn: Any) -> tuple[float, float]:
+    """Seconds of ``fn()``, and the same plus an ``os.sync()`` right after (what it takes to be on disk)."""
     os.sync()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return seconds, seconds + _sync_seconds()
 
 
 def reference_python() -> str | None:
@@ -123,7 +137,8 @@ def measure(size_mb: int, rounds: int, directory: str | None, python: str | None
     workdir = tempfile.mkdtemp(prefix=".bench-vs-accelerate-", dir=directory or os.getcwd())
     ember = _prepared(Accelerator, size_mb)
     other = AccelerateColumn(python, size_mb) if python else None
-    times: dict[str, list[float]] = {"ember save": [], "ember load": [], "accelerate save": [], "accelerate load": []}
+    times: dict[str, list[float]] = {f"{who} {what}": [] for who in ("ember", "accelerate")
+                                     for what in ("save", "save, durable", "load")}
     try:
         for round_ in range(rounds):
             folders = {name: os.path.join(workdir, f"{name}_{round_}") for name in ("ember", "accelerate")}
@@ -132,9 +147,14 @@ def measure(size_mb: int, rounds: int, directory: str | None, python: str | None
                 for who in order:
                     if who == "ember":
                         fn = ember.save_state if verb == "save" else ember.load_state
-                        times[f"ember {verb}"].append(_timed(partial(fn, folders["ember"])))
+                        seconds, durable = _timed(partial(fn, folders["ember"]))
                     elif other is not None:
-                        times[f"accelerate {verb}"].append(other.run(verb, folders["accelerate"]))
+                        seconds, durable = other.run(verb, folders["accelerate"])
+                    else:
+                        continue
+                    times[f"{who} {verb}"].append(seconds)
+                    if verb == "save":
+                        times[f"{who} save, durable"].append(durable)
             for folder in folders.values():
                 shutil.rmtree(folder, ignore_errors=True)
     finally:
@@ -163,9 +183,9 @@ def main() -> None:
     median = {name: statistics.median(v) for name, v in times.items() if v}
     for name, samples in times.items():
         if samples:
-            print(f"  {name:<16} {median[name]:7.3f} s  ({min(samples):.3f}-{max(samples):.3f})")
+            print(f"  {name:<25} {median[name]:7.3f} s  ({min(samples):.3f}-{max(samples):.3f})")
     best = {name: min(v) for name, v in times.items() if v}
-    for verb in ("save", "load"):
+    for verb in ("save", "save, durable", "load"):
         if f"accelerate {verb}" in median:
             # On a shared machine noise only ever adds time: the best rounds are the second opinion.
             print(f"  {verb}: Accelerate / Ember = {median[f'accelerate {verb}'] / median[f'ember {verb}']:.2f}x "

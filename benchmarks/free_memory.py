@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import Accelerator, AcceleratorState, GradientState  # noqa: E402
+from engine import Accelerator, AcceleratorState, GradientState
 
 
 def _mlp() -> torch.nn.Module:

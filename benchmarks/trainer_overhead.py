@@ -209,7 +209,13 @@ def import_overhead(rounds: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    from benchmarks.step_overhead import make_engine, make_raw, measure_rounds, paired_excess, share_model_and_data
+    from benchmarks.step_overhead import (
+        make_engine,
+        make_raw,
+        measure_rounds,
+        paired_excess,
+        share_model_and_data,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=31)

@@ -12,7 +12,6 @@ import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -388,20 +387,14 @@ class CheckpointingMixin:
                     f"{folder} is not a committed Ember checkpoint: it has no valid {folders.MANIFEST_NAME} (a save "
                     "that never finished, or a folder not written by Ember's save_state).")
             folders.check_sizes(folder, manifest)
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                # One process per node checks the checksums, in the background while every rank reads.
-                checks = (folders.start_checksum_verification(folder, manifest, pool)
-                          if self.state.is_local_main_process else [])
-                try:
-                    loaded = read_checkpoint(
-                        folder, manifest, rank=self.state.process_index, num_models=len(self._models),
-                        num_optimizers=0 if _holds_shards(manifest) else len(self._optimizers),
-                        num_schedulers=len(self._schedulers),
-                        num_dataloaders=len(self._dataloaders), num_custom=len(self._custom_objects),
-                        allow_unsafe_pickle=allow_unsafe_pickle, map_location=map_location)
-                finally:
-                    for check in checks:
-                        check.result()  # a checksum mismatch explains (and outranks) any read error
+            if self.state.is_local_main_process:  # one process per node checks every file before anyone uses it
+                folders.verify_checksums(folder, manifest)
+            loaded = read_checkpoint(
+                folder, manifest, rank=self.state.process_index, num_models=len(self._models),
+                num_optimizers=0 if _holds_shards(manifest) else len(self._optimizers),
+                num_schedulers=len(self._schedulers), num_dataloaders=len(self._dataloaders),
+                num_custom=len(self._custom_objects), allow_unsafe_pickle=allow_unsafe_pickle,
+                map_location=map_location)
         except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
             error = err
         failure = self._agree(error)

@@ -24,7 +24,6 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Executor, Future
 from typing import Any
 
 from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, save_bytes
@@ -111,11 +110,16 @@ def _check_one(folder: str, name: str, expected: FileRecord) -> None:
             f"{actual.digest}, its manifest says {expected.size} bytes with {expected.digest}.")
 
 
-def start_checksum_verification(folder: str, manifest: Mapping[str, Any], pool: Executor) -> list[Future[None]]:
-    """Check every file's checksum on ``pool`` (in the background); ``.result()`` raises on a mismatch."""
-    # Largest first: the big files overlap with the caller deserialising, the small ones finish quickly.
-    files = sorted(manifest["files"].items(), key=lambda item: -item[1].size)
-    return [pool.submit(_check_one, folder, name, record) for name, record in files]
+def verify_checksums(folder: str, manifest: Mapping[str, Any]) -> None:
+    """Check every file's checksum; raises ``CorruptCheckpointError`` naming the first file that differs.
+
+    Done before anything is read, on the caller's thread: hashing through mmap runs at memory speed (600 MB in
+    ~0.04 s from the page cache), while a hashing thread beside the deserialiser made both fault pages of one
+    address space at once and slowed the load 1.5-6x (measured: 0.13-0.77 s against 0.09-0.13 s sequentially,
+    benchmarks/checkpoint_vs_accelerate.py's state). Corrupted bytes also never reach a deserialiser this way.
+    """
+    for name, record in manifest["files"].items():
+        _check_one(folder, name, record)
 
 
 # -- naming, discovery, pruning -----------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import torch
 from engine.operations import send_to_device
 from engine.state import GradientState
 
-
 _TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
+_profiler_enabled = torch._C._autograd._profiler_enabled
 
 
 def zeroes_plainly(optimizer: torch.optim.Optimizer) -> bool:
@@ -35,9 +35,6 @@ def clear_grads(optimizer: torch.optim.Optimizer, plain: bool) -> None:
                 p.grad = None
     else:
         optimizer.zero_grad()
-
-
-_profiler_enabled = torch._C._autograd._profiler_enabled
 
 
 class OptimizerView(torch.optim.Optimizer):

@@ -26,7 +26,7 @@ from engine.checkpointing import (
     committed_checkpoints,
     next_checkpoint_number,
     read_manifest,
-    start_checksum_verification,
+    verify_checksums,
 )
 
 _FS_CALLS = ("write", "fsync", "rename", "replace", "mkdir", "unlink", "rmdir")
@@ -127,11 +127,7 @@ def _check(project_dir: str, parent: tuple[Accelerator, torch.nn.Module, Stamp],
         manifest = read_manifest(path)
         assert manifest is not None
         check_sizes(path, manifest)
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1) as pool:
-            for check in start_checksum_verification(path, manifest, pool):
-                check.result()
+        verify_checksums(path, manifest)
     numbers = [n for n, _ in committed]
     if previous_newest is not None:
         assert previous_newest in numbers  # the last good checkpoint survives whatever the instant of the kill

@@ -3,8 +3,8 @@
 Prints the recorded learning rates, smoothed losses and the suggestion, pasted into test_tuner.py (LIGHTNING_*).
 """
 
-import torch
 import lightning as L
+import torch
 from lightning.pytorch.tuner import Tuner
 from torch.utils.data import DataLoader, TensorDataset
 

@@ -4,8 +4,8 @@ Prints the averaged weights the trained module ends with, and the weights valida
 values are pasted into tests/tools/test_weight_averaging.py (LIGHTNING_EMA_*).
 """
 
-import torch
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import EMAWeightAveraging
 from torch.utils.data import DataLoader, TensorDataset
 
