@@ -1,24 +1,33 @@
-"""Asynchronous checkpoints: how long a checkpoint blocks training, and what checkpoints cost a whole run.
+"""Asynchronous checkpoints: how long a checkpoint blocks training, and what checkpoints cost a stretch of training.
 
-For each state size (``--sizes-mb``: model + AdamW state, e.g. ~200 MB and ~1 GB), a training loop on an MLP of
-Linear(2048, 2048) layers (batch 8, AdamW) runs ``--steps`` steps three ways, interleaved round by round so
-machine noise hits all alike:
+For each state size (``--sizes-mb``: model + AdamW state, e.g. ~200 MB and ~1 GB), one training loop on an MLP of
+Linear(2048, 2048) layers (batch 8, AdamW) runs segments of ``N`` steps, three kinds in turn:
 
-* ``none``: no checkpoint;
-* ``sync``: ``save_state()`` every ``--every`` steps (automatic naming, ``total_limit=2``);
-* ``async``: ``save_state(async_save=True)`` every ``--every`` steps; the run ends with ``wait_for_checkpoint()``
-  (included in its time: a run is done when its last checkpoint is committed).
+* ``none``: ``N`` steps, no checkpoint;
+* ``sync``: ``save_state()`` (automatic naming, ``total_limit=2``), then ``N`` steps;
+* ``async``: ``save_state(async_save=True)``, then ``N`` steps, then ``wait_for_checkpoint()`` (timed too: the
+  segment is done when its checkpoint is committed).
+
+So a segment is "training with a checkpoint every ``N`` steps", and the three kinds run interleaved, round by round
+(the order rotates), in one process on one model: this machine's step time drifts by up to 2x over tens of
+seconds (other tenants), which whole runs one after the other would measure instead of the checkpoints. ``N`` is
+chosen so that a segment lasts ``--factor`` times one synchronous save (measured first), i.e. long enough for the
+background write to overlap training; ``--every`` sets it directly.
 
 Printed per size: the median time the loop was blocked per checkpoint (sync vs async, and their ratio; goal:
-async <= 10% of sync), the median total run time of each variant and the excess of ``sync`` / ``async`` over
-``none`` (goal: async within 5% when the writes overlap with training), and the snapshot buffers' size.
-Run: ``python benchmarks/checkpoint_async.py [--sizes-mb 200 1000 --rounds 3 --dir PATH]``.
+async <= 10% of sync); the median segment time of each kind and the median over rounds of each round's excess
+over its ``none`` segment (goal: async within 5%); the snapshot buffers' size; the CPU time a synchronous save
+takes (what a background write must find somewhere: on a machine whose cores training keeps busy, it is taken
+from training).
+Run: ``python benchmarks/checkpoint_async.py [--sizes-mb 200 1000 --rounds 5 --threads 1 --dir PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -32,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 WIDTH = 2048
-VARIANTS = ("none", "sync", "async")
+KINDS = ("none", "sync", "async")
 
 
 def build(state_mb: int, project_dir: str) -> tuple[Any, torch.nn.Module, torch.optim.Optimizer]:
@@ -51,63 +60,93 @@ def build(state_mb: int, project_dir: str) -> tuple[Any, torch.nn.Module, torch.
     return accelerator, model, optimizer
 
 
-def run(variant: str, state_mb: int, steps: int, every: int, workdir: str) -> dict[str, Any]:
-    """One training run; returns its total seconds, the seconds blocked in each save, and the snapshot size."""
-    project = tempfile.mkdtemp(prefix=f"{variant}-", dir=workdir)
-    accelerator, model, optimizer = build(state_mb, project)
-    x = torch.randn(8, WIDTH)
-    blocked: list[float] = []
-    os.sync()
-    start = time.perf_counter()
-    for step in range(1, steps + 1):
-        model(x).square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if variant != "none" and step % every == 0:
-            began = time.perf_counter()
-            accelerator.save_state(async_save=variant == "async")
-            blocked.append(time.perf_counter() - began)
-    accelerator.wait_for_checkpoint()
-    total = time.perf_counter() - start
-    snapshot = accelerator.checkpoint_snapshot_bytes
-    shutil.rmtree(project, ignore_errors=True)
-    return {"total": total, "blocked": blocked, "snapshot": snapshot}
+class Loop:
+    """The training loop under test, and the segments it runs."""
+
+    def __init__(self, state_mb: int, project_dir: str) -> None:
+        self.accelerator, self.model, self.optimizer = build(state_mb, project_dir)
+        self.x = torch.randn(8, WIDTH)
+
+    def steps(self, count: int) -> None:
+        for _ in range(count):
+            self.model(self.x).square().mean().backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def segment(self, kind: str, count: int) -> tuple[float, float | None]:
+        """Seconds of one segment of ``count`` steps of ``kind``, and the seconds its save blocked the loop."""
+        blocked = None
+        start = time.perf_counter()
+        if kind != "none":
+            self.accelerator.save_state(async_save=kind == "async")
+            blocked = time.perf_counter() - start
+        self.steps(count)
+        self.accelerator.wait_for_checkpoint()
+        return time.perf_counter() - start, blocked
+
+    def calibrate(self) -> tuple[float, float, float]:
+        """Seconds per step, seconds and CPU seconds of one synchronous save (after a warm-up of each kind)."""
+        self.steps(3)
+        for kind in ("sync", "async"):
+            self.segment(kind, 1)
+        start = time.perf_counter()
+        self.steps(5)
+        step = (time.perf_counter() - start) / 5
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        _, save = self.segment("sync", 0)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        assert save is not None
+        return step, save, cpu
+
+
+def measure(state_mb: int, rounds: int, every: int | None, factor: float, workdir: str) -> None:
+    loop = Loop(state_mb, tempfile.mkdtemp(prefix="project-", dir=workdir))
+    step, save, cpu = loop.calibrate()
+    every = every or max(5, math.ceil(factor * save / step))
+    seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    blocked: dict[str, list[float]] = {"sync": [], "async": []}
+    for round_ in range(rounds):
+        for kind in KINDS[round_ % 3:] + KINDS[:round_ % 3]:
+            total, held = loop.segment(kind, every)
+            seconds[kind].append(total)
+            if held is not None:
+                blocked[kind].append(held)
+        print(f"  [{state_mb} MB round {round_}] " + ", ".join(f"{k} {seconds[k][-1]:.2f} s" for k in KINDS),
+              file=sys.stderr, flush=True)
+    median = {kind: statistics.median(values) for kind, values in seconds.items()}
+    excess = {kind: statistics.median(t / n - 1 for t, n in zip(seconds[kind], seconds["none"]))
+              for kind in ("sync", "async")}
+    held = {kind: statistics.median(values) for kind, values in blocked.items()}
+    print(f"state {state_mb} MB: snapshot buffers {loop.accelerator.checkpoint_snapshot_bytes / 2**20:.0f} MB; "
+          f"a step {1e3 * step:.0f} ms, a synchronous save {save:.3f} s using {cpu:.3f} s of CPU; "
+          f"segments of {every} steps ({rounds} rounds)")
+    print(f"  blocked per checkpoint: sync {held['sync']:.3f} s, async {held['async']:.3f} s "
+          f"({100 * held['async'] / held['sync']:.1f}% of sync; goal <= 10%)")
+    print(f"  segment: none {median['none']:.2f} s, sync {median['sync']:.2f} s (+{100 * excess['sync']:.1f}%), "
+          f"async {median['async']:.2f} s (+{100 * excess['async']:.1f}%; goal <= 5%)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[200, 1000])
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: 40 for <= 300 MB, else 12)")
-    parser.add_argument("--every", type=int, default=None, help="steps between checkpoints (default: steps / 4)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--every", type=int, default=None, help="steps per segment (default: from --factor)")
+    parser.add_argument("--factor", type=float, default=20.0,
+                        help="a segment lasts this many synchronous saves (default: 20)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for training (default: torch's)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder under the cwd)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"asynchronous checkpoints: {args.rounds} rounds interleaved, medians, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")
     for state_mb in args.sizes_mb:
-        steps = args.steps or (40 if state_mb <= 300 else 12)
-        every = args.every or max(1, steps // 4)
         workdir = tempfile.mkdtemp(prefix=".bench-async-", dir=args.dir or os.getcwd())
-        results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
         try:
-            for round_ in range(args.rounds):
-                order = VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS))
-                for variant in order:
-                    results[variant].append(run(variant, state_mb, steps, every, workdir))
-                    print(f"  [{state_mb} MB round {round_}] {variant}: {results[variant][-1]['total']:.2f} s",
-                          file=sys.stderr, flush=True)
+            measure(state_mb, args.rounds, args.every, args.factor, workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        total = {v: statistics.median(r["total"] for r in results[v]) for v in VARIANTS}
-        blocked = {v: statistics.median(b for r in results[v] for b in r["blocked"]) for v in ("sync", "async")}
-        snapshot_mb = results["async"][-1]["snapshot"] / 2**20
-        print(f"state {state_mb} MB: {steps} steps, a checkpoint every {every} "
-              f"({steps // every} per run), snapshot buffers {snapshot_mb:.0f} MB")
-        print(f"  blocked per checkpoint: sync {blocked['sync']:.3f} s, async {blocked['async']:.3f} s "
-              f"({100 * blocked['async'] / blocked['sync']:.1f}% of sync; goal <= 10%)")
-        print(f"  total run: none {total['none']:.2f} s, sync {total['sync']:.2f} s "
-              f"(+{100 * (total['sync'] / total['none'] - 1):.1f}%), async {total['async']:.2f} s "
-              f"(+{100 * (total['async'] / total['none'] - 1):.1f}%; goal <= 5%)")
 
 
 if __name__ == "__main__":

@@ -209,3 +209,48 @@ def test_snapshots_copy_every_dtype_and_layout_and_keep_ties_and_metadata() -> N
     assert snap["tied_a"] is snap["tied_b"]  # still one tensor: written once, as a tie
     assert torch.equal(snap["nested"]["xs"][0], torch.arange(3)) and snap["nested"]["xs"][1][1] == 1.5
     assert type(snap) is OrderedDict and snap._metadata == {"": {"version": 1}}
+
+
+def test_a_large_snapshot_is_copied_by_two_threads_and_exactly() -> None:
+    from engine import checkpoint_snapshot
+    from engine.checkpoint_snapshot import SnapshotBuffers
+
+    copiers: set[str] = set()
+    real = checkpoint_snapshot._copy_all
+
+    def recording(pieces: Any) -> None:
+        if pieces:
+            copiers.add(threading.current_thread().name)
+        real(pieces)
+
+    state = {"a": torch.randn(3_000_000), "b": torch.randn(2_500_000).to(torch.float64), "c": torch.arange(5)}
+    expected = {k: v.clone() for k, v in state.items()}
+    buffers = SnapshotBuffers()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint_snapshot, "_copy_all", recording)
+        buffers.begin()
+        snap = buffers.copy(state, ("model",))
+        buffers.end()
+    for value in state.values():
+        value.add_(1)
+    assert all(torch.equal(snap[k], expected[k]) for k in state)
+    assert len(copiers) == 2 and any(name.startswith("ember-snapshot") for name in copiers), copiers
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+def test_the_background_writer_runs_only_on_idle_cpu_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, int] = {}
+    real = checkpoint_save.write_state
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen[threading.current_thread().name] = os.sched_getscheduler(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_save, "write_state", recording)
+    acc = Accelerator(cpu=True)
+    acc.prepare(torch.nn.Linear(2, 2))
+    acc.save_state(str(tmp_path / "a"), async_save=True)
+    acc.wait_for_checkpoint()
+    acc.save_state(str(tmp_path / "b"))
+    assert seen == {WRITER: os.SCHED_IDLE, threading.current_thread().name: os.sched_getscheduler(0)}
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the training thread keeps its priority
