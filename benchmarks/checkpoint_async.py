@@ -123,8 +123,8 @@ def measure(state_mb: int, rounds: int, every: int | None, factor: float, workdi
           f"segments of {every} steps ({rounds} rounds)")
     print(f"  blocked per checkpoint: sync {held['sync']:.3f} s, async {held['async']:.3f} s "
           f"({100 * held['async'] / held['sync']:.1f}% of sync; goal <= 10%)")
-    print(f"  segment: none {median['none']:.2f} s, sync {median['sync']:.2f} s (+{100 * excess['sync']:.1f}%), "
-          f"async {median['async']:.2f} s (+{100 * excess['async']:.1f}%; goal <= 5%)")
+    print(f"  segment: none {median['none']:.2f} s, sync {median['sync']:.2f} s ({100 * excess['sync']:+.1f}%), "
+          f"async {median['async']:.2f} s ({100 * excess['async']:+.1f}%; goal <= 5%)")
 
 
 def main() -> None:

@@ -8,7 +8,9 @@ the two are timed interleaved, round by round, on the same machine state (the or
 ``os.sync()`` runs untimed before every timed operation so none pays for another's write-back).
 
 Each save writes a new folder (the previous one is deleted untimed); each load reads the folder just saved and
-applies it to the model and optimizer. Ember does more: it fsyncs every file, writes a checksummed manifest and
+applies it to the model and optimizer. Each "resume" does the same in a new process that has just built the model
+and optimizer (what resuming a killed run does: its memory allocator has no freed memory to reuse yet); only the
+``load_state`` call is timed. Ember does more: it fsyncs every file, writes a checksummed manifest and
 commits by an atomic rename, and verifies the checksums when loading; Accelerate does none of that. So each save
 is also timed until its files are on disk ("save, durable": the save plus an ``os.sync()`` right after it),
 which is what Accelerate's save would need for the same promise; Ember's fsyncs leave that sync little to do.
@@ -59,6 +61,27 @@ def _prepared(accelerator_cls: Any, size_mb: int) -> Any:
     accelerator = accelerator_cls(cpu=True)
     accelerator.prepare(model, optimizer)
     return accelerator
+
+
+def resume_worker(size_mb: int, folder: str, accelerate: bool) -> None:
+    """A fresh process: build the state, then time one ``load_state(folder)``; prints the seconds as JSON."""
+    if accelerate:
+        from accelerate import Accelerator  # type: ignore[import-not-found]
+    else:
+        sys.path.insert(0, str(ROOT))
+        from engine import Accelerator
+    accelerator = _prepared(Accelerator, size_mb)
+    os.sync()
+    start = time.perf_counter()
+    accelerator.load_state(folder)
+    print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+
+
+def _resume(python: str, size_mb: int, folder: str, accelerate: bool) -> float:
+    command = [python, __file__, "--resume-from", folder, "--size-mb", str(size_mb)]
+    done = subprocess.run(command + (["--accelerate"] if accelerate else []), capture_output=True, text=True,
+                          cwd=str(ROOT), check=True, timeout=300)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
 
 
 def worker(size_mb: int) -> None:
@@ -138,7 +161,7 @@ def measure(size_mb: int, rounds: int, directory: str | None, python: str | None
     ember = _prepared(Accelerator, size_mb)
     other = AccelerateColumn(python, size_mb) if python else None
     times: dict[str, list[float]] = {f"{who} {what}": [] for who in ("ember", "accelerate")
-                                     for what in ("save", "save, durable", "load")}
+                                     for what in ("save", "save, durable", "load", "resume")}
     try:
         for round_ in range(rounds):
             folders = {name: os.path.join(workdir, f"{name}_{round_}") for name in ("ember", "accelerate")}
@@ -155,6 +178,10 @@ def measure(size_mb: int, rounds: int, directory: str | None, python: str | None
                     times[f"{who} {verb}"].append(seconds)
                     if verb == "save":
                         times[f"{who} save, durable"].append(durable)
+            for who in order:
+                if who == "ember" or python is not None:
+                    interpreter = sys.executable if who == "ember" else str(python)
+                    times[f"{who} resume"].append(_resume(interpreter, size_mb, folders[who], who == "accelerate"))
             for folder in folders.values():
                 shutil.rmtree(folder, ignore_errors=True)
     finally:
@@ -171,9 +198,14 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder under the cwd)")
     parser.add_argument("--python", default=None, help="an interpreter with accelerate installed")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--resume-from", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--accelerate", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.size_mb)
+        return
+    if args.resume_from:
+        resume_worker(args.size_mb, args.resume_from, args.accelerate)
         return
     python = args.python or reference_python()
     times = measure(args.size_mb, args.rounds, args.dir, python)
@@ -185,7 +217,7 @@ def main() -> None:
         if samples:
             print(f"  {name:<25} {median[name]:7.3f} s  ({min(samples):.3f}-{max(samples):.3f})")
     best = {name: min(v) for name, v in times.items() if v}
-    for verb in ("save", "save, durable", "load"):
+    for verb in ("save", "save, durable", "load", "resume"):
         if f"accelerate {verb}" in median:
             # On a shared machine noise only ever adds time: the best rounds are the second opinion.
             print(f"  {verb}: Accelerate / Ember = {median[f'accelerate {verb}'] / median[f'ember {verb}']:.2f}x "

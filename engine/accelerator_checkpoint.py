@@ -12,6 +12,7 @@ import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ from engine.checkpoint_state import (
     CapturedState,
     LoadedCheckpoint,
     capture_state,
+    checked_while_read,
     read_checkpoint,
     restore_gradients,
 )
@@ -331,17 +333,19 @@ class CheckpointingMixin:
         if map_location == "on_device":
             map_location = self.state.device
         candidates = self._load_candidates(input_dir)
-        for position, folder in enumerate(candidates):
-            try:
-                loaded = self._read_agreed(folder, allow_unsafe_pickle, map_location)
-            except CorruptCheckpointError as err:
-                if input_dir is not None or position + 1 == len(candidates):
-                    raise
-                warnings.warn(f"{err} Falling back to the previous committed checkpoint "
-                              f"{candidates[position + 1]}.", stacklevel=2)
-                continue
-            self._apply(loaded, strict=bool(options.get("strict", True)))
-            return folder
+        # Two threads read, and check, side by side: loading is bound by memory bandwidth, not by one core.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-load") as pool:
+            for position, folder in enumerate(candidates):
+                try:
+                    loaded = self._read_agreed(folder, allow_unsafe_pickle, map_location, pool)
+                except CorruptCheckpointError as err:
+                    if input_dir is not None or position + 1 == len(candidates):
+                        raise
+                    warnings.warn(f"{err} Falling back to the previous committed checkpoint "
+                                  f"{candidates[position + 1]}.", stacklevel=2)
+                    continue
+                self._apply(loaded, strict=bool(options.get("strict", True)), pool=pool)
+                return folder
         raise AssertionError("unreachable: the last candidate either loads or raises")
 
     def _load_candidates(self, input_dir: str | os.PathLike[str] | None) -> list[str]:
@@ -376,8 +380,14 @@ class CheckpointingMixin:
         except FileNotFoundError:
             return []
 
-    def _read_agreed(self, folder: str, allow_unsafe_pickle: bool, map_location: Any) -> LoadedCheckpoint:
-        """Check and read ``folder`` on every rank; raise on all ranks if it failed on any (nothing applied)."""
+    def _read_agreed(self, folder: str, allow_unsafe_pickle: bool, map_location: Any,
+                     pool: Executor) -> LoadedCheckpoint:
+        """Check and read ``folder`` on every rank; raise on all ranks if it failed on any (nothing applied).
+
+        One process per node checks every file's checksum, on ``pool`` while the files are read into new memory;
+        nothing read is used before the check has passed (a corrupted file is reported as such, whatever error
+        reading it raised). Reading first is safe: nothing is unpickled beyond tensors and plain values.
+        """
         loaded = None
         error: BaseException | None = None
         try:
@@ -387,14 +397,20 @@ class CheckpointingMixin:
                     f"{folder} is not a committed Ember checkpoint: it has no valid {folders.MANIFEST_NAME} (a save "
                     "that never finished, or a folder not written by Ember's save_state).")
             folders.check_sizes(folder, manifest)
-            if self.state.is_local_main_process:  # one process per node checks every file before anyone uses it
-                folders.verify_checksums(folder, manifest)
-            loaded = read_checkpoint(
-                folder, manifest, rank=self.state.process_index, num_models=len(self._models),
-                num_optimizers=0 if _holds_shards(manifest) else len(self._optimizers),
-                num_schedulers=len(self._schedulers), num_dataloaders=len(self._dataloaders),
-                num_custom=len(self._custom_objects), allow_unsafe_pickle=allow_unsafe_pickle,
-                map_location=map_location)
+            check = self.state.is_local_main_process
+            counts = {"num_models": len(self._models),
+                      "num_optimizers": 0 if _holds_shards(manifest) else len(self._optimizers)}
+            skip = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
+            checked = folders.start_checksums(folder, manifest, pool, skip) if check else None
+            try:
+                loaded = read_checkpoint(
+                    folder, manifest, rank=self.state.process_index, **counts,
+                    num_schedulers=len(self._schedulers), num_dataloaders=len(self._dataloaders),
+                    num_custom=len(self._custom_objects), allow_unsafe_pickle=allow_unsafe_pickle,
+                    map_location=map_location, pool=pool, check=check)
+            finally:
+                if checked is not None:
+                    checked()  # raises CorruptCheckpointError in place of whatever the read raised
         except Exception as err:  # noqa: BLE001 - shared with every rank by _agree
             error = err
         failure = self._agree(error)
@@ -403,7 +419,7 @@ class CheckpointingMixin:
         assert loaded is not None
         return loaded
 
-    def _apply(self, loaded: LoadedCheckpoint, strict: bool) -> None:
+    def _apply(self, loaded: LoadedCheckpoint, strict: bool, pool: Executor | None = None) -> None:
         """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards."""
         models = list(self._models)
         for hook in self._load_model_state_pre_hook.values():
@@ -420,7 +436,7 @@ class CheckpointingMixin:
             if fsdp is None:
                 name = loaded.model_files[i]
                 if not (name.endswith(".safetensors")
-                        and read_into_module(model, os.path.join(loaded.folder, name), strict)):
+                        and read_into_module(model, os.path.join(loaded.folder, name), strict, pool)):
                     model.load_state_dict(loaded.models[i], strict=strict)
             else:
                 fsdp.load_model_weights(model, loaded.models[i], strict=strict)

@@ -30,8 +30,16 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
-from engine.checksum import FileRecord
+from engine.checkpoint_direct import read_torch_file
+from engine.checkpoint_io import (
+    CheckpointError,
+    CorruptCheckpointError,
+    load_safetensors,
+    load_torch,
+    save_safetensors,
+    save_torch,
+)
+from engine.checksum import CHUNKED, FileRecord, hash_file
 
 SCALER_NAME = "scaler.pt"
 
@@ -178,19 +186,56 @@ class LoadedCheckpoint:
         return int(self.manifest.get("world_size", 1))
 
 
+def _to_cpu(map_location: Any) -> bool:
+    return map_location is None or str(map_location) == "cpu"
+
+
+def checked_while_read(manifest: dict[str, Any], *, num_models: int, num_optimizers: int,
+                       map_location: Any) -> set[str]:
+    """The files ``read_checkpoint(check=True)`` verifies itself, in the pass that reads them.
+
+    Optimizer states (and ``.bin`` weights) bound for CPU with chunked checksums: each chunk is hashed right after
+    it is read, from the CPU cache, instead of by a second pass through memory.
+    """
+    files = manifest["files"]
+    if not _to_cpu(map_location):
+        return set()
+    names = {optimizer_name(i) for i in range(num_optimizers)}
+    names |= {model_name(i, False) for i in range(num_models) if model_name(i, True) not in files}
+    return {name for name in names if name in files and files[name].algorithm == CHUNKED}
+
+
 def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_models: int, num_optimizers: int,
                     num_schedulers: int, num_dataloaders: int, num_custom: int, allow_unsafe_pickle: bool,
-                    map_location: Any) -> LoadedCheckpoint:
+                    map_location: Any, pool: Executor | None = None, check: bool = False) -> LoadedCheckpoint:
     """Read (without applying) what this rank needs from ``folder``; raises before anything is changed.
 
     The small, pickled files come first, so a file that needs ``allow_unsafe_pickle`` is reported before the
-    large ones are read.
+    large ones are read. Optimizer states (and ``.bin`` weights) bound for CPU are read by ``pool``'s threads
+    side by side (``engine.checkpoint_direct.read_torch_file``); with ``check``, the files named by
+    ``checked_while_read`` are verified as they are read (``CorruptCheckpointError`` if one differs).
     """
     files = manifest["files"]
     loaded = LoadedCheckpoint(folder=folder, manifest=manifest)
+    self_checked = checked_while_read(manifest, num_models=num_models, num_optimizers=num_optimizers,
+                                      map_location=map_location) if check else set()
 
     def load(name: str) -> Any:
         return load_torch(_join(folder, name), allow_unsafe_pickle=allow_unsafe_pickle, map_location=map_location)
+
+    def load_large(name: str) -> Any:
+        expected = files[name] if name in self_checked else None
+        read = read_torch_file(_join(folder, name), pool, expected) if _to_cpu(map_location) else None
+        if read is not None:
+            return read
+        if expected is not None:  # declined: check the file the ordinary way before torch.load sees it
+            actual = hash_file(_join(folder, name), expected.algorithm)
+            if actual != expected:
+                raise CorruptCheckpointError(
+                    f"Checkpoint {folder} is corrupted: {_join(folder, name)} has {actual.size} bytes with "
+                    f"{actual.algorithm} {actual.digest}, its manifest says {expected.size} bytes with "
+                    f"{expected.digest}.")
+        return load(name)
 
     def required(name: str, what: str) -> str:
         if name not in files:
@@ -214,14 +259,14 @@ def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_mod
         loaded.scaler = load(SCALER_NAME)
     loaded.schedulers = [load(required(scheduler_name(i), f"{num_schedulers} schedulers are prepared"))
                          for i in range(num_schedulers)]
-    loaded.optimizers = [load(required(optimizer_name(i), f"{num_optimizers} optimizers are prepared"))
+    loaded.optimizers = [load_large(required(optimizer_name(i), f"{num_optimizers} optimizers are prepared"))
                          for i in range(num_optimizers)]
     for i in range(num_models):
         for safe in (True, False):
             name = model_name(i, safe)
             if name in files:
                 loaded.model_files[i] = name
-                loaded.models[i] = load_safetensors(_join(folder, name)) if safe else load(name)
+                loaded.models[i] = load_safetensors(_join(folder, name)) if safe else load_large(name)
                 break
         if gradients_name(i, rank) in files:
             loaded.gradients[i] = load_safetensors(_join(folder, gradients_name(i, rank)))

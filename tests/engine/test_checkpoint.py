@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -381,12 +382,12 @@ def test_load_state_restores_nothing_that_draws_randomness(tmp_path: Path) -> No
     assert torch.equal(torch.get_rng_state(), saved)
 
 
-@pytest.mark.parametrize("algorithm", ["xxh3_64", "crc32"])
+@pytest.mark.parametrize("algorithm", ["xxh3_64x16m", "xxh3_64", "crc32"])
 def test_checksums_written_while_writing_match_a_fresh_read(tmp_path: Path, algorithm: str) -> None:
     from engine.checkpoint_io import DurableWriter, save_torch
     from engine.checksum import FileRecord, hash_file
 
-    if algorithm == "xxh3_64":
+    if algorithm.startswith("xxh3"):
         pytest.importorskip("xxhash")
     path = str(tmp_path / "state.bin")
     with ThreadPoolExecutor(2) as pool, DurableWriter(path, pool, algorithm) as writer:
@@ -399,6 +400,28 @@ def test_checksums_written_while_writing_match_a_fresh_read(tmp_path: Path, algo
     Path(path).write_bytes(bytes(data))
     assert hash_file(path, algorithm) != record
     assert save_torch({"x": 1}, path).size == os.path.getsize(path)
+
+
+@pytest.mark.parametrize("size", [0, 1, (16 << 20) - 1, 16 << 20, (16 << 20) + 1, (32 << 20) + 5])
+def test_chunked_checksums_are_the_same_streamed_in_pieces_read_in_parallel_and_defined_per_16_mib(
+        tmp_path: Path, size: int) -> None:
+    import xxhash
+
+    from engine.checksum import CHUNKED, ChunkedXxh3, default_algorithm, hash_file
+
+    assert default_algorithm() == CHUNKED
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    chunks = [data[i:i + (16 << 20)] for i in range(0, size, 16 << 20)]
+    expected = xxhash.xxh3_64_hexdigest(b"".join(xxhash.xxh3_64_digest(c) for c in chunks))
+    streamed = ChunkedXxh3()
+    for start in range(0, size, 7_000_003):  # pieces that straddle the chunk boundaries
+        streamed.update(data[start:start + 7_000_003])
+    with ThreadPoolExecutor(2) as pool:
+        parallel = hash_file(str(path), CHUNKED, pool)
+    assert streamed.hexdigest() == parallel.digest == hash_file(str(path), CHUNKED).digest == expected
+    assert parallel.size == size
 
 
 def test_without_xxhash_checkpoints_use_crc32_and_still_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

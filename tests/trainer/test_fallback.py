@@ -43,7 +43,7 @@ def test_last_falls_back_past_a_damaged_newest_checkpoint_and_ends_bitwise_equal
     capsys.readouterr()
     damaged = re.escape(str(folders / "epoch=2" / "model.safetensors"))
     with pytest.warns(UserWarning, match=r"fit\(ckpt_path='last'\): Checkpoint .*epoch=2 is corrupted: " + damaged +
-                      r" has 184 bytes with xxh3_64 \w+, its manifest says 184 bytes with \w+\. Falling back to the "
+                      r" has 184 bytes with xxh3_64x16m \w+, its manifest says 184 bytes with \w+\. Falling back to the "
                       r"previous committed checkpoint .*epoch=1\."):
         resumed = _fit(tmp_path / "run", max_epochs=4, ckpt_path="last")
     assert "Resumed from " + str(folders / "epoch=1") in capsys.readouterr().out
