@@ -75,7 +75,8 @@ class DurableWriter:
         pool: an executor with two threads: one hashes each large chunk while the main thread writes it, the
             other starts writing back what is already written (``fdatasync``) while the next chunks are written.
             None does both inline, at close.
-        algorithm: the checksum (``engine.checksum.ALGORITHMS``); by default xxh3_64 if available, else crc32.
+        algorithm: the checksum (``engine.checksum.ALGORITHMS``); by default xxh3_64x16m if xxhash is
+            installed, else crc32.
     """
 
     def __init__(self, path: str, pool: Executor | None = None, algorithm: str | None = None) -> None:
