@@ -67,6 +67,7 @@ class SnapshotBuffers:
         self._event: Any = None  # a CUDA event recorded after the last of them
         self._host_copies: list[tuple[np.ndarray, np.ndarray]] = []  # (buffer, source) bytes, done at end()
         self._helper: ThreadPoolExecutor | None = None
+        self._helper_pid = 0
 
     @property
     def nbytes(self) -> int:
@@ -155,8 +156,9 @@ class SnapshotBuffers:
             for dst, src in pieces:
                 np.copyto(dst, src)
             return
-        if self._helper is None:
+        if self._helper is None or self._helper_pid != os.getpid():  # a forked child has no helper thread
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ember-snapshot")
+            self._helper_pid = os.getpid()
         helped = self._helper.submit(_copy_all, pieces[1::2])  # np.copyto releases the GIL
         try:
             _copy_all(pieces[0::2])
