@@ -113,7 +113,7 @@ def read_torch_file(path: str, pool: Executor | None = None, expected: FileRecor
     >>> path = os.path.join(tempfile.mkdtemp(), "optimizer.bin")
     >>> saved = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.arange(6.0).view(2, 3)}}, "lr": 0.1}
     >>> torch.save(saved, path)
-    >>> loaded = read_torch_file(path)
+    >>> loaded = read_torch_file(path) or torch.load(path, weights_only=True)  # None: declined (a torch without meta offsets)
     >>> torch.equal(loaded["state"][0]["exp_avg"], saved["state"][0]["exp_avg"]), loaded["lr"]
     (True, 0.1)
     """

@@ -85,6 +85,20 @@ def test_load_state_takes_the_fast_path_and_falls_back(tmp_path: Path, monkeypat
     assert taken == [True, False]
 
 
+def _meta_loads_give_offsets() -> bool:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"x": torch.ones(1)}, buffer)
+    buffer.seek(0)
+    return hasattr(torch.load(buffer, map_location="meta", weights_only=True)["x"].untyped_storage(),
+                   "_checkpoint_offset")
+
+
+needs_offsets = pytest.mark.skipif(not _meta_loads_give_offsets(),
+                                   reason="this torch gives no storage offsets on meta loads: the reader declines")
+
+
 def _optimizer_state() -> dict[str, Any]:
     torch.manual_seed(0)
     shared = torch.randn(10)
@@ -106,6 +120,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+@needs_offsets
 @pytest.mark.parametrize("threads", [0, 2])
 def test_a_torch_file_is_read_as_torch_load_reads_it_and_verified_while_read(tmp_path: Path, threads: int) -> None:
     path = str(tmp_path / "optimizer.bin")
@@ -136,6 +151,7 @@ def test_it_declines_what_it_cannot_rebuild(tmp_path: Path) -> None:
     assert read_torch_file(path) is None
 
 
+@needs_offsets
 @pytest.mark.parametrize("where", ["tensor", "pickle"])
 def test_load_state_verifies_the_optimizer_file_in_the_read_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    where: str) -> None:
@@ -180,6 +196,7 @@ class CountingPool(ThreadPoolExecutor):
         return super().submit(*args, **kwargs)
 
 
+@needs_offsets
 def test_reads_are_cut_into_pieces_for_the_pool(tmp_path: Path) -> None:
     torch.manual_seed(0)
     source = torch.nn.Linear(2048, 2048)  # 16 MiB of weights: two 8 MiB pieces
