@@ -400,14 +400,14 @@ class CheckpointingMixin:
             check = self.state.is_local_main_process
             counts = {"num_models": len(self._models),
                       "num_optimizers": 0 if _holds_shards(manifest) else len(self._optimizers)}
-            skip = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
-            checked = folders.start_checksums(folder, manifest, pool, skip) if check else None
+            in_read = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
+            checked = folders.start_checksums(folder, manifest, pool, skip=in_read) if check else None
             try:
                 loaded = read_checkpoint(
                     folder, manifest, rank=self.state.process_index, **counts,
                     num_schedulers=len(self._schedulers), num_dataloaders=len(self._dataloaders),
                     num_custom=len(self._custom_objects), allow_unsafe_pickle=allow_unsafe_pickle,
-                    map_location=map_location, pool=pool, check=check)
+                    map_location=map_location, pool=pool, check_while_reading=in_read)
             finally:
                 if checked is not None:
                     checked()  # raises CorruptCheckpointError in place of whatever the read raised

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import _SAFETENSORS_DTYPES, ALIASES_KEY, CorruptCheckpointError
+from engine.checkpoint_io import _SAFETENSORS_DTYPES, ALIASES_KEY, mismatch
 from engine.checksum import CHUNK_BYTES, CHUNKED, FileRecord, chunk_hasher, combine_chunks
 
 _DTYPES = {code: dtype for dtype, code in _SAFETENSORS_DTYPES.items()}
@@ -161,9 +161,7 @@ def read_torch_file(path: str, pool: Executor | None = None, expected: FileRecor
             digests = [done.result() for done in pending]
     actual = FileRecord(size, CHUNKED, combine_chunks(digests))
     if actual != expected:
-        raise CorruptCheckpointError(
-            f"Checkpoint {os.path.dirname(path)} is corrupted: {path} has {actual.size} bytes with {CHUNKED} "
-            f"{actual.digest}, its manifest says {expected.size} bytes with {expected.digest}.")
+        raise mismatch(os.path.dirname(path), path, actual, expected)
     return rebuilt
 
 

@@ -52,6 +52,13 @@ class CorruptCheckpointError(CheckpointError):
     """A checkpoint file is missing, truncated or does not match its recorded checksum."""
 
 
+def mismatch(folder: str, path: str, actual: FileRecord, expected: FileRecord) -> CorruptCheckpointError:
+    """The error for a file of checkpoint ``folder`` whose size or checksum differs from its manifest record."""
+    return CorruptCheckpointError(
+        f"Checkpoint {folder} is corrupted: {path} has {actual.size} bytes with {actual.algorithm} {actual.digest}, "
+        f"its manifest says {expected.size} bytes with {expected.digest}.")
+
+
 class UnsafeCheckpointError(CheckpointError):
     """A checkpoint file can only be loaded by full unpickling, which the caller did not allow."""
 

@@ -31,15 +31,9 @@ from typing import Any
 import torch
 
 from engine.checkpoint_direct import read_torch_file
-from engine.checkpoint_io import (
-    CheckpointError,
-    CorruptCheckpointError,
-    load_safetensors,
-    load_torch,
-    save_safetensors,
-    save_torch,
-)
-from engine.checksum import CHUNKED, FileRecord, hash_file
+from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
+from engine.checkpointing import check_file
+from engine.checksum import CHUNKED, FileRecord
 
 SCALER_NAME = "scaler.pt"
 
@@ -192,7 +186,7 @@ def _to_cpu(map_location: Any) -> bool:
 
 def checked_while_read(manifest: dict[str, Any], *, num_models: int, num_optimizers: int,
                        map_location: Any) -> set[str]:
-    """The files ``read_checkpoint(check=True)`` verifies itself, in the pass that reads them.
+    """The files ``read_checkpoint(check_while_reading=...)`` can verify, in the pass that reads them.
 
     Optimizer states (and ``.bin`` weights) bound for CPU with chunked checksums: each chunk is hashed right after
     it is read, from the CPU cache, instead of by a second pass through memory.
@@ -207,34 +201,28 @@ def checked_while_read(manifest: dict[str, Any], *, num_models: int, num_optimiz
 
 def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_models: int, num_optimizers: int,
                     num_schedulers: int, num_dataloaders: int, num_custom: int, allow_unsafe_pickle: bool,
-                    map_location: Any, pool: Executor | None = None, check: bool = False) -> LoadedCheckpoint:
+                    map_location: Any, pool: Executor | None = None,
+                    check_while_reading: frozenset[str] | set[str] = frozenset()) -> LoadedCheckpoint:
     """Read (without applying) what this rank needs from ``folder``; raises before anything is changed.
 
     The small, pickled files come first, so a file that needs ``allow_unsafe_pickle`` is reported before the
     large ones are read. Optimizer states (and ``.bin`` weights) bound for CPU are read by ``pool``'s threads
-    side by side (``engine.checkpoint_direct.read_torch_file``); with ``check``, the files named by
-    ``checked_while_read`` are verified as they are read (``CorruptCheckpointError`` if one differs).
+    side by side (``engine.checkpoint_direct.read_torch_file``); the files in ``check_while_reading`` (from
+    ``checked_while_read``) are verified as they are read (``CorruptCheckpointError`` if one differs).
     """
     files = manifest["files"]
     loaded = LoadedCheckpoint(folder=folder, manifest=manifest)
-    self_checked = checked_while_read(manifest, num_models=num_models, num_optimizers=num_optimizers,
-                                      map_location=map_location) if check else set()
 
     def load(name: str) -> Any:
         return load_torch(_join(folder, name), allow_unsafe_pickle=allow_unsafe_pickle, map_location=map_location)
 
     def load_large(name: str) -> Any:
-        expected = files[name] if name in self_checked else None
+        expected = files[name] if name in check_while_reading else None
         read = read_torch_file(_join(folder, name), pool, expected) if _to_cpu(map_location) else None
         if read is not None:
             return read
         if expected is not None:  # declined: check the file the ordinary way before torch.load sees it
-            actual = hash_file(_join(folder, name), expected.algorithm)
-            if actual != expected:
-                raise CorruptCheckpointError(
-                    f"Checkpoint {folder} is corrupted: {_join(folder, name)} has {actual.size} bytes with "
-                    f"{actual.algorithm} {actual.digest}, its manifest says {expected.size} bytes with "
-                    f"{expected.digest}.")
+            check_file(folder, name, expected)()
         return load(name)
 
     def required(name: str, what: str) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
-from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, save_bytes
+from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, mismatch, save_bytes
 from engine.checksum import FileRecord, start_hashing
 from engine.version import __version__
 
@@ -99,7 +99,7 @@ def check_sizes(folder: str, manifest: Mapping[str, Any]) -> None:
                                          f"manifest says {record.size} (truncated or overwritten).")
 
 
-def _check_one(folder: str, name: str, expected: FileRecord, pool: Executor | None = None) -> Callable[[], None]:
+def check_file(folder: str, name: str, expected: FileRecord, pool: Executor | None = None) -> Callable[[], None]:
     """Start checking one file (on ``pool``, or at once); the returned function raises if it differs."""
     path = os.path.join(folder, name)
     try:
@@ -110,9 +110,7 @@ def _check_one(folder: str, name: str, expected: FileRecord, pool: Executor | No
     def finish() -> None:
         actual = hashing()
         if actual != expected:
-            raise CorruptCheckpointError(
-                f"Checkpoint {folder} is corrupted: {path} has {actual.size} bytes with {actual.algorithm} "
-                f"{actual.digest}, its manifest says {expected.size} bytes with {expected.digest}.")
+            raise mismatch(folder, path, actual, expected)
 
     return finish
 
@@ -132,7 +130,7 @@ def start_checksums(folder: str, manifest: Mapping[str, Any], pool: Executor | N
     checks: dict[str, Callable[[], None]] = {}
     try:
         for name in names:
-            checks[name] = _check_one(folder, name, manifest["files"][name], pool)
+            checks[name] = check_file(folder, name, manifest["files"][name], pool)
             if pool is None:
                 checks[name]()
     except BaseException:

@@ -22,7 +22,6 @@ from engine import Accelerator, broadcast_object_list
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
 from engine.checkpoint_state import model_name
-from engine.checksum import hash_file
 from trainer.checkpoint_format import (
     FORMAT,
     VERSION,
@@ -343,8 +342,6 @@ class Checkpointer:
             raise CheckpointError(f"{folder} holds no full model weights (model.safetensors): a sharded FSDP "
                                   "checkpoint is loaded by fit(ckpt_path=...) or accelerator.load_state.")
         folders.check_sizes(folder, manifest)
-        record = manifest["files"][name]
-        if hash_file(os.path.join(folder, name), record.algorithm) != record:
-            raise CheckpointError(f"{os.path.join(folder, name)} does not match the checksum in its manifest.")
+        folders.check_file(folder, name, manifest["files"][name])()
         path = os.path.join(folder, name)
         module.load_state_dict(load_safetensors(path) if name.endswith(".safetensors") else load_torch(path))

@@ -15,7 +15,6 @@ import torch
 
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
-from engine.checksum import hash_file
 from trainer.checkpoint_format import FORMAT
 from trainer.hparams_io import decode_hparams
 
@@ -43,9 +42,7 @@ def read_checkpoint(path: str | os.PathLike[str], unpickle: bool) -> tuple[dict[
                 break
     weights = next((n for n in _WEIGHT_FILES if n in manifest["files"]), None)
     if weights is not None:
-        record = manifest["files"][weights]
-        if hash_file(os.path.join(folder, weights), record.algorithm) != record:
-            raise CheckpointError(f"{os.path.join(folder, weights)} does not match the checksum in its manifest.")
+        folders.check_file(folder, weights, manifest["files"][weights])()
     return entry, None if weights is None else os.path.join(folder, weights)
 
 
