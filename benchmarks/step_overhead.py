@@ -106,12 +106,6 @@ def make_accelerate() -> StepFn:
 VARIANTS: dict[str, Callable[[], Any]] = {"raw": make_raw, "engine": make_engine}
 if importlib.util.find_spec("accelerate") is not None:
     VARIANTS["accelerate"] = make_accelerate
-try:  # the Trainer's column, when the trainer package provides one
-    from benchmarks.trainer_overhead import TRAINER_VARIANTS  # type: ignore[import-not-found]
-
-    VARIANTS.update(TRAINER_VARIANTS)
-except ImportError:
-    pass
 
 
 def _run(fn: Any, steps: int) -> tuple[float, float]:

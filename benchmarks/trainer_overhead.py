@@ -12,7 +12,7 @@ one-time set-up excluded, everything per epoch and per step included). The Train
 Run: ``python benchmarks/trainer_overhead.py [--rounds 31 --steps 300 --import-rounds 10]``. Every variant
 trains the same model object on the same batch tensors (``step_overhead.share_model_and_data``; turn it off with
 ``--separate-models``), and each excess is the median of per-round differences. The variants
-also appear in ``benchmarks/step_overhead.py`` (``TRAINER_VARIANTS``).
+are columns of ``benchmarks/run_all.py`` too, which owns the list of loops compared.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ Timeline
 Every hook below is called on the callbacks (in ``Trainer.callbacks`` order) and then on the module (same name,
 without the ``trainer, module`` arguments), as in Lightning 2.6. At the four ``*_epoch_end`` hooks the epoch's
 metrics are computed into ``trainer.callback_metrics`` before each call (callbacks, then the module; at
-``on_train_epoch_end`` the monitoring callbacks ``ModelCheckpoint`` / ``EarlyStopping`` run after the module, so
-they see what it logged there), then the epoch metrics go to the trackers. ``[...]`` marks hooks that only fire
+``on_train_epoch_end`` the callbacks that declare ``epoch_end_after_module`` (``ModelCheckpoint``,
+``EarlyStopping``) run after the module, so they see what it logged there), then the epoch metrics go to the
+trackers. ``[...]`` marks hooks that only fire
 under a condition. ``dataloader_idx`` is only passed to evaluation hooks and steps when there are several loaders.
 
 ``fit``::
@@ -87,7 +88,7 @@ asked for anywhere else waits for the next boundary, so a resumed run never repe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -125,6 +126,11 @@ class Callback:
         >>> CountBatches().state_key
         'CountBatches'
     """
+
+    #: Where this callback's ``on_train_epoch_end`` runs: ``False`` before the module's (Lightning's place for
+    #: most callbacks), ``True`` after it, for a callback that reads what the module logged there
+    #: (``ModelCheckpoint`` and ``EarlyStopping``, Lightning's "monitoring" callbacks, set it).
+    epoch_end_after_module: ClassVar[bool] = False
 
     def skipped_hooks(self) -> frozenset[str]:
         """Hooks this callback overrides but does not need in the run about to start (asked once as each run

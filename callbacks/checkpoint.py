@@ -94,6 +94,8 @@ class ModelCheckpoint(Callback):
         'epoch=3-step=120-val_acc=0.912'
     """
 
+    epoch_end_after_module = True  # it ranks / compares what the module logged at the epoch end
+
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
                  monitor: str | None = None, mode: str = "min", save_top_k: int = 1, save_last: bool | None = None,
                  every_n_train_steps: int | None = None, every_n_epochs: int | None = None,

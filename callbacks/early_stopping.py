@@ -37,6 +37,8 @@ class EarlyStopping(Callback):
         [False, False, False, True]
     """
 
+    epoch_end_after_module = True  # it ranks / compares what the module logged at the epoch end
+
     def __init__(self, monitor: str, min_delta: float = 0.0, patience: int = 3, verbose: bool = False,
                  mode: str = "min", strict: bool = True, check_finite: bool = True,
                  stopping_threshold: float | None = None, divergence_threshold: float | None = None,

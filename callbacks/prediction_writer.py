@@ -18,6 +18,7 @@ from torch.utils.data import IterableDataset
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
 from engine.data_dispatch import DataLoaderDispatcher
+from engine.operations import first_samples, sample_count
 
 WRITE_INTERVALS = ("batch", "epoch", "batch_and_epoch")
 
@@ -131,34 +132,14 @@ def _without_padding(trainer: TrainerView, prediction: Any, indices: list[int] |
     state = accelerator.gradient_state
     if accelerator.num_processes == 1 or not state.end_of_dataloader or state.remainder <= 0:
         return prediction, indices
-    count = len(indices) if indices is not None else _sample_count(prediction)
+    count = len(indices) if indices is not None else sample_count(prediction)
     if count is None:
         return prediction, indices
-    # The round's samples, in rank order, are real up to `remainder` (see trainer/predict.py).
+    # The round's samples, in rank order, are real up to `remainder` (see trainer/evaluation/predict.py).
     keep = max(0, min(count, state.remainder - accelerator.process_index * count))
     if keep == count:
         return prediction, indices
-    return _take(prediction, keep), None if indices is None else indices[:keep]
-
-
-def _sample_count(prediction: Any) -> int | None:
-    if isinstance(prediction, torch.Tensor):
-        return len(prediction) if prediction.ndim else None
-    if isinstance(prediction, Mapping):
-        return next((c for c in map(_sample_count, prediction.values()) if c is not None), None)
-    if isinstance(prediction, (list, tuple)):
-        return next((c for c in map(_sample_count, prediction) if c is not None), None)
-    return None
-
-
-def _take(prediction: Any, count: int) -> Any:
-    if isinstance(prediction, torch.Tensor):
-        return prediction[:count] if prediction.ndim else prediction
-    if isinstance(prediction, Mapping):
-        return type(prediction)({k: _take(v, count) for k, v in prediction.items()})  # type: ignore[call-arg]
-    if isinstance(prediction, (list, tuple)):
-        return type(prediction)(_take(v, count) for v in prediction)
-    return prediction
+    return first_samples(prediction, keep), None if indices is None else indices[:keep]
 
 
 def _to_cpu(value: Any) -> Any:

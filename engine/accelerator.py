@@ -532,7 +532,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if use_gather_object:
             return data[:remainder]
         # A 0-d tensor is only ever left so by a single process's gather, where nothing was padded.
-        return operations.recursively_apply(lambda t: t[:remainder] if t.dim() else t, data)
+        return operations.first_samples(data, remainder)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """All-reduce across processes: ``"sum"`` (default), ``"mean"``, ``"max"``, ``"min"``; ``"none"`` is a no-op."""

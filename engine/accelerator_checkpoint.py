@@ -168,7 +168,11 @@ class CheckpointingMixin:
                             "Accelerate passes them to DeepSpeed, which Ember does not support. Remove them.")
         if not isinstance(async_save, bool):
             raise TypeError(f"save_state(async_save={async_save!r}): pass True or False.")
-        rng_state = capture_rng_state()  # first: whatever runs below must not shift what gets saved
+        # Registered objects first, on every rank, as Accelerate calls their state_dict(): it may run code every
+        # process must run (the trainer's checkpoint hooks), and whatever that draws from the random generators
+        # is then part of the state saved. A failure is raised on every rank, after the collectives (_capture).
+        custom, custom_error = self._capture_custom()
+        rng_state = capture_rng_state()  # then nothing below may shift what gets saved
         self.wait_for_checkpoint()  # one save in flight at most; a failed one is raised here, naming it
         config = self.project_configuration
         auto = output_dir is None
@@ -200,7 +204,7 @@ class CheckpointingMixin:
                       state=CapturedState(step=self.step, rng=rng_state), prune=prune)
         error: BaseException | None = None
         try:
-            job.state = self._capture(job, rng_state, safe_serialization, async_save)
+            job.state = self._capture(job, rng_state, safe_serialization, async_save, custom, custom_error)
         except Exception as err:  # noqa: BLE001 - shared with every rank (by the job, or just below)
             error = err
         if async_save:
@@ -217,8 +221,15 @@ class CheckpointingMixin:
         config.iteration = number + 1 if number is not None else config.iteration + 1
         return final
 
-    def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool,
-                 async_save: bool) -> CapturedState:
+    def _capture_custom(self) -> tuple[list[Any], Exception | None]:
+        """Every registered object's ``state_dict()``, or the error one of them raised."""
+        try:
+            return [obj.state_dict() for obj in self._custom_objects], None
+        except Exception as error:  # noqa: BLE001 - raised on every rank by _capture, after its collectives
+            return [], error
+
+    def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
+                 custom: list[Any], custom_error: Exception | None) -> CapturedState:
         """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
         # Weights and hooks run on every rank (gathering a sharded model's state is collective). With an FSDP
         # plugin asking for SHARDED_STATE_DICT, models and optimizers are written as per-rank shards instead.
@@ -241,12 +252,14 @@ class CheckpointingMixin:
                 job.shard_files = fsdp.async_save_shards(
                     job.temp, self._models, self._optimizers, self.state.process_index,
                     lambda name: checkpointer.shard_channel(name, self.state.use_distributed))
+        if custom_error is not None:  # user code too: may have failed on one rank only
+            raise custom_error
         for hook in self._save_model_state_pre_hook.values():  # user code: may fail on one rank only
             hook(self._models, weights, job.temp)
         state = capture_state(step=self.step, rng_state=rng_state, models=self._models,
                               dataloaders=self._dataloaders, shared=job.writer, weights=weights,
                               optimizers=optimizers, schedulers=self._schedulers, scaler=self.scaler,
-                              custom_objects=self._custom_objects, safe_serialization=safe_serialization)
+                              custom=custom, safe_serialization=safe_serialization)
         if checkpointer is None:
             return state
         buffers = checkpointer.buffers
@@ -333,20 +346,19 @@ class CheckpointingMixin:
         if map_location == "on_device":
             map_location = self.state.device
         candidates = self._load_candidates(input_dir)
+        strict = bool(options.get("strict", True))
         # Two threads read, and check, side by side: loading is bound by memory bandwidth, not by one core.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-load") as pool:
-            for position, folder in enumerate(candidates):
-                try:
-                    loaded = self._read_agreed(folder, allow_unsafe_pickle, map_location, pool)
-                except CorruptCheckpointError as err:
-                    if input_dir is not None or position + 1 == len(candidates):
-                        raise
-                    warnings.warn(f"{err} Falling back to the previous committed checkpoint "
-                                  f"{candidates[position + 1]}.", stacklevel=2)
-                    continue
-                self._apply(loaded, strict=bool(options.get("strict", True)), pool=pool)
-                return folder
-        raise AssertionError("unreachable: the last candidate either loads or raises")
+            def load(folder: str) -> None:
+                self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool), strict, pool)
+
+            if input_dir is not None:  # an explicit folder is never swapped for another
+                load(candidates[0])
+                return candidates[0]
+            return folders.load_first_intact(
+                load, candidates, context="load_state()",
+                advice=f"Delete or move the damaged folders out of {os.path.dirname(candidates[0])} to start afresh, "
+                       "or load one of them by path with a copy of its files that verifies.")
 
     def _load_candidates(self, input_dir: str | os.PathLike[str] | None) -> list[str]:
         config = self.project_configuration

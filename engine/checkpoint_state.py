@@ -32,7 +32,7 @@ import torch
 
 from engine.checkpoint_direct import read_torch_file
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
-from engine.checkpointing import check_file
+from engine.checkpointing import check_file, check_sizes, read_manifest
 from engine.checksum import CHUNKED, FileRecord
 
 SCALER_NAME = "scaler.pt"
@@ -97,9 +97,12 @@ class CapturedState:
 
 def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch.nn.Module],
                   dataloaders: list[Any], shared: bool, weights: list[Mapping[str, torch.Tensor]],
-                  optimizers: list[Any], schedulers: list[Any], scaler: Any, custom_objects: list[Any],
+                  optimizers: list[Any], schedulers: list[Any], scaler: Any, custom: list[Any],
                   safe_serialization: bool) -> CapturedState:
-    """Collect every ``state_dict()`` a checkpoint holds for this rank (``shared``: also the shared state)."""
+    """Collect every ``state_dict()`` a checkpoint holds for this rank (``shared``: also the shared state).
+
+    ``custom`` holds the registered objects' states, already taken on every rank (``save_state``).
+    """
     state = CapturedState(step=step, rng=dict(rng_state), safe_serialization=safe_serialization)
     for i, loader in enumerate(dataloaders):
         if callable(getattr(loader, "state_dict", None)):
@@ -117,7 +120,7 @@ def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch
         state.optimizers = [optimizer.state_dict() for optimizer in optimizers]
         state.schedulers = [scheduler.state_dict() for scheduler in schedulers]
         state.scaler = None if scaler is None else scaler.state_dict()
-        state.custom = [obj.state_dict() for obj in custom_objects]
+        state.custom = list(custom)
     return state
 
 
@@ -259,6 +262,27 @@ def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_mod
         if gradients_name(i, rank) in files:
             loaded.gradients[i] = load_safetensors(_join(folder, gradients_name(i, rank)))
     return loaded
+
+
+def read_model_weights(folder: str, *, allow_unsafe_pickle: bool = False) -> dict[str, torch.Tensor] | None:
+    """Model 0's full weights from ``folder``, or None when it holds none (an FSDP checkpoint of shards).
+
+    ``folder`` is a committed checkpoint (every file's size is checked against the manifest, and the weights
+    file's checksum before it is read) or a manifest-less ``save_model`` folder. ``pytorch_model.bin`` is read
+    like every checkpoint file: without unpickling anything but tensors unless ``allow_unsafe_pickle``.
+    """
+    manifest = read_manifest(folder)
+    listed = manifest["files"] if manifest is not None else {
+        name: None for name in (model_name(0, True), model_name(0, False)) if os.path.exists(_join(folder, name))}
+    name = next((model_name(0, safe) for safe in (True, False) if model_name(0, safe) in listed), None)
+    if name is None:
+        return None
+    if manifest is not None:
+        check_sizes(folder, manifest)
+        check_file(folder, name, manifest["files"][name])()
+    path = _join(folder, name)
+    return load_safetensors(path) if name.endswith(".safetensors") else load_torch(
+        path, allow_unsafe_pickle=allow_unsafe_pickle)
 
 
 def restore_gradients(model: torch.nn.Module, grads: Mapping[str, torch.Tensor] | None) -> None:

@@ -23,7 +23,8 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -168,19 +169,66 @@ def checkpoint_number(folder: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def committed_checkpoints(base: str) -> list[tuple[int, str]]:
-    """``(N, path)`` of every committed ``checkpoint_N`` in ``base``, oldest first."""
-    try:
-        names = os.listdir(base)
-    except FileNotFoundError:
-        return []
-    found = []
-    for name in names:
-        match = _AUTO_NAME.match(name)
-        path = os.path.join(base, name)
-        if match and is_committed(path):
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+def committed_checkpoints(*directories: str, auto_named: bool = True) -> list[tuple[int | None, str]]:
+    """``(N, path)`` of every committed checkpoint directly inside ``directories``, oldest first.
+
+    With ``auto_named`` (the engine's automatic naming) only ``checkpoint_N`` folders count, ordered by ``N``;
+    otherwise every committed folder counts (``N`` is None for other names), ordered by the time its manifest was
+    written. Folders whose names start with a dot (a save in progress, one being deleted) are never listed.
+
+    Example:
+        >>> committed_checkpoints("/no/such/folder")
+        []
+    """
+    found: list[tuple[float, int | None, str]] = []
+    for base in directories:
+        try:
+            names = os.listdir(base)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            match = _AUTO_NAME.match(name)
+            if name.startswith(".") or (auto_named and not match):
+                continue
+            path = os.path.join(base, name)
+            manifest = read_manifest(path) if os.path.isdir(path) else None
+            if manifest is not None:
+                number = int(match.group(1)) if match else None
+                found.append((float(number if auto_named else manifest.get("created", 0.0)), number, path))
+    return [(number, path) for _, number, path in sorted(found, key=lambda item: (item[0], item[2]))]
+
+
+def load_first_intact(load: Callable[[str], object], candidates: Sequence[str], *, context: str,
+                      advice: str, warn: bool = True) -> str:
+    """``load`` the first of ``candidates`` (newest first) that verifies; returns it.
+
+    A candidate that fails with ``CorruptCheckpointError`` (flipped bits, a truncated copy) is reported with a
+    warning naming it and the next one is tried, as ``Accelerator.load_state()`` does with automatic naming and
+    the trainer's ``ckpt_path="last"``. Any other error is raised at once: it is not about the files.
+
+    Args:
+        load: reads and applies one checkpoint folder (on every rank alike: its failures are agreed).
+        candidates: committed folders, newest first.
+        context: what is loading, for the messages (``"load_state()"``, ``"fit(ckpt_path='last')"``).
+        advice: the last sentence of the error when no candidate verifies (how to start afresh).
+        warn: emit the fall-back warnings (the main process only, in the trainer).
+
+    Raises:
+        CorruptCheckpointError: every candidate is damaged; the message lists each one with its error.
+    """
+    tried: list[str] = []
+    for position, folder in enumerate(candidates):
+        try:
+            load(folder)
+            return folder
+        except CorruptCheckpointError as error:
+            tried.append(f"  {folder}: {error}")
+            if position + 1 < len(candidates) and warn:
+                warnings.warn(f"{context}: {error} Falling back to the previous committed checkpoint "
+                              f"{candidates[position + 1]}.", UserWarning, stacklevel=3)
+    listed = "\n".join(tried)
+    raise CorruptCheckpointError(f"{context}: none of the {len(candidates)} committed checkpoint(s) verifies:\n"
+                                 f"{listed}\n{advice}")
 
 
 def next_checkpoint_number(base: str, iteration: int) -> int:

@@ -324,6 +324,56 @@ def find_batch_size(data: Any) -> int | None:
     return None
 
 
+def _holds_structures(items: list[Any] | tuple[Any, ...]) -> bool:
+    return any(isinstance(item, (torch.Tensor, Mapping, list, tuple)) for item in items)
+
+
+def sample_count(data: Any) -> int | None:
+    """Samples in a nested batch (or a step's output): dim 0 of its first tensor with a dim, or the length of a
+    list of plain values (strings, ids); None when nothing tells.
+
+    Example:
+        >>> sample_count({"ids": ["a", "b", "c"]}), sample_count((torch.tensor(1.0), torch.zeros(4, 2)))
+        (3, 4)
+    """
+    if isinstance(data, torch.Tensor):
+        return int(data.shape[0]) if data.ndim else None
+    if isinstance(data, Mapping):
+        return next((c for c in map(sample_count, data.values()) if c is not None), None)
+    if isinstance(data, (list, tuple)):
+        if _holds_structures(data):
+            return next((c for c in map(sample_count, data) if c is not None), None)
+        return len(data)
+    return None
+
+
+def first_samples(data: Any, keep: int, size: int | None = None) -> Any:
+    """The first ``keep`` samples of every per-sample part of a nested batch (or a step's output).
+
+    Per-sample parts are tensors with a dim (cut along dim 0) and lists of plain values (strings, ids); 0-d
+    tensors, named tuples of plain values and other objects are kept whole. With ``size`` (the batch's sample
+    count), only parts of exactly ``size`` samples are cut, so a part that is not per-sample stays as it is.
+    Containers keep their types (named tuples included).
+
+    Example:
+        >>> first_samples((torch.arange(4), ["a", "b", "c", "d"], torch.tensor(7)), 1)
+        (tensor([0]), ['a'], tensor(7))
+        >>> first_samples({"x": torch.arange(4), "table": torch.arange(6)}, 2, size=4)
+        {'x': tensor([0, 1]), 'table': tensor([0, 1, 2, 3, 4, 5])}
+    """
+    if isinstance(data, torch.Tensor):
+        return data[:keep] if data.ndim and (size is None or data.shape[0] == size) else data
+    if isinstance(data, Mapping):
+        return type(data)({k: first_samples(v, keep, size) for k, v in data.items()})  # type: ignore[call-arg]
+    if isinstance(data, (list, tuple)):
+        named = hasattr(data, "_fields")
+        if not _holds_structures(data):  # one plain value per sample
+            return data if named or (size is not None and len(data) != size) else type(data)(data[:keep])
+        items = [first_samples(item, keep, size) for item in data]
+        return type(data)(*items) if named else type(data)(items)
+    return data
+
+
 def convert_outputs_to_fp32(data: Any) -> Any:
     """Cast every fp16/bf16 tensor in a model's output to fp32 (the autocast forward wrapper's last step)."""
     def to_fp32(t: torch.Tensor) -> torch.Tensor:

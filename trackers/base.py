@@ -19,7 +19,9 @@ that same run instead of creating a new one and the resumed steps continue the s
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
 
 _REQUIRED_HINT = (
     "Every tracker class must define the class attributes `name` (a non-empty str, the name used in "
@@ -135,3 +137,16 @@ class GeneralTracker:
             raise ValueError(f"Tracker {type(self).__qualname__} keeps no run identity, so it cannot restore "
                              f"{state!r}: override state_dict() and load_state_dict() to support resuming "
                              "runs.")
+
+
+def started(handle: T | None, tracker: str) -> T:
+    """A started tracker's backend object (its writer, run, client...); before ``start()`` a clear error.
+
+    Example:
+        >>> started(None, "CSVTracker")
+        Traceback (most recent call last):
+        RuntimeError: CSVTracker used before start(): call start() (init_trackers does).
+    """
+    if handle is None:
+        raise RuntimeError(f"{tracker} used before start(): call start() (init_trackers does).")
+    return handle

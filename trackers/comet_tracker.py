@@ -6,7 +6,7 @@ import os
 import warnings
 from typing import Any
 
-from trackers.base import GeneralTracker
+from trackers.base import GeneralTracker, started
 
 
 class CometMLTracker(GeneralTracker):
@@ -144,6 +144,4 @@ class CometMLTracker(GeneralTracker):
         return os.path.join(self.logging_dir, self.run_name, "comet_ml")
 
     def _started(self) -> Any:
-        if self._experiment is None:
-            raise RuntimeError("CometMLTracker used before start(): call start() (init_trackers does).")
-        return self._experiment
+        return started(self._experiment, "CometMLTracker")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import IO, Any
@@ -155,20 +154,10 @@ class CSVTracker(GeneralTracker):
         if self._file is not None:
             raise RuntimeError("CSVTracker.load_state_dict() must come before start(): the run is already "
                                "open.")
-        if state.get("run"):
-            self.run_dir = run_paths.resolve(str(state["run"]), self.logging_dir, "CSVTracker")
-        elif state.get("run_dir"):  # written by an older version: the folder as it was given
-            relative = run_paths.legacy_to_relative(os.fspath(state["run_dir"]), self.logging_dir)
-            if relative is None:
-                warnings.warn(f"CSVTracker: the checkpoint names the run folder {state['run_dir']}, which is not "
-                              f"inside this run's logging directory {self.logging_dir}; the resumed run logs to a "
-                              "new version folder instead of writing into another run's files.", UserWarning,
-                              stacklevel=2)
-                return
-            self.run_dir = run_paths.resolve(relative, self.logging_dir, "CSVTracker")
-        else:
-            raise ValueError(f"CSVTracker.load_state_dict needs a 'run' (the run folder relative to the logging "
-                             f"directory). Received: {state!r}.")
+        run_dir = run_paths.restore(state, "run_dir", self.logging_dir, "CSVTracker")
+        if run_dir is None:
+            return  # an older checkpoint's folder outside this run: a new version folder instead
+        self.run_dir = run_dir
         self._resume_step = self._last_step = state.get("step")
 
     def _widen(self, new: list[str]) -> None:

@@ -8,7 +8,8 @@ import time
 import warnings
 from typing import Any
 
-from trackers.base import GeneralTracker
+from trackers.base import GeneralTracker, started
+from trackers.values import flatten_config
 
 _BATCH = 100  # MLflow's limit on params (and a safe size for metrics) per log_batch call
 _INVALID_KEY_CHARS = re.compile(r"[^a-zA-Z0-9_/. -]+")
@@ -103,7 +104,7 @@ class MLflowTracker(GeneralTracker):
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
-        params = [Param(key, str(value)) for key, value in _flatten(values).items()]
+        params = [Param(key, str(value)) for key, value in flatten_config(values).items()]
         for i in range(0, len(params), _BATCH):
             self._started().log_batch(self.run_id, params=params[i:i + _BATCH], **self._batch_kwargs())
 
@@ -155,16 +156,4 @@ class MLflowTracker(GeneralTracker):
         return {} if self.synchronous is None else {"synchronous": self.synchronous}
 
     def _started(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("MLflowTracker used before start(): call start() (init_trackers does).")
-        return self._client
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+        return started(self._client, "MLflowTracker")

@@ -9,6 +9,8 @@ loads it, the same identity always lands inside the resuming run's own folder.
 from __future__ import annotations
 
 import os
+import warnings
+from typing import Any
 
 
 def to_relative(path: str, logging_dir: str) -> str:
@@ -48,3 +50,25 @@ def legacy_to_relative(saved: str, logging_dir: str) -> str | None:
         return to_relative(saved, logging_dir)
     except ValueError:
         return None
+
+
+def restore(state: dict[str, Any], legacy_key: str, logging_dir: str, what: str) -> str | None:
+    """The run folder a tracker's saved identity names, inside ``logging_dir``.
+
+    ``state["run"]`` is the folder relative to ``logging_dir``; ``state[legacy_key]`` the folder as an older
+    version stored it (absolute, or relative to the working directory). Returns None, with a warning, when such
+    an older folder lies outside ``logging_dir``: the resumed run then logs to a new folder instead of writing
+    into another run's files.
+    """
+    if state.get("run"):
+        return resolve(str(state["run"]), logging_dir, what)
+    if state.get(legacy_key):
+        relative = legacy_to_relative(os.fspath(state[legacy_key]), logging_dir)
+        if relative is None:
+            warnings.warn(f"{what}: the checkpoint names the run folder {state[legacy_key]}, which is not inside "
+                          f"this run's logging directory {logging_dir}; the resumed run logs to a new folder "
+                          "instead of writing into another run's files.", UserWarning, stacklevel=3)
+            return None
+        return resolve(relative, logging_dir, what)
+    raise ValueError(f"{what}.load_state_dict needs a 'run' (the run folder relative to the logging directory). "
+                     f"Received: {state!r}.")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from typing import Any
 
 from trackers import run_paths
-from trackers.base import GeneralTracker
+from trackers.base import GeneralTracker, started
+from trackers.values import flatten_config
 
 # TensorBoard hides events at or after a restart marker's step; a new run's marker must hide nothing.
 _NEW_RUN_MARKER_STEP = 2**62
@@ -63,7 +63,7 @@ class TensorBoardTracker(GeneralTracker):
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        flat = _flatten_config(values)
+        flat = flatten_config(values)
         # The hparams plugin takes only numbers, bools and strings: anything else is shown as its str().
         plugin_values = {k: v if isinstance(v, (int, float, str)) else str(v) for k, v in flat.items()
                          if v is not None}
@@ -104,34 +104,12 @@ class TensorBoardTracker(GeneralTracker):
         if self._writer is not None:
             raise RuntimeError("TensorBoardTracker.load_state_dict() must come before start(): the writer is "
                                "already open.")
-        if state.get("run"):
-            self.log_dir = run_paths.resolve(str(state["run"]), self.logging_dir, "TensorBoardTracker")
-        elif state.get("log_dir"):  # written by an older version: the folder as it was given
-            relative = run_paths.legacy_to_relative(os.fspath(state["log_dir"]), self.logging_dir)
-            if relative is None:
-                warnings.warn(f"TensorBoardTracker: the checkpoint names the folder {state['log_dir']}, which is "
-                              f"not inside this run's logging directory {self.logging_dir}; the resumed run logs "
-                              f"to {self.log_dir} instead of writing into another run's files.", UserWarning,
-                              stacklevel=2)
-                return
-            self.log_dir = run_paths.resolve(relative, self.logging_dir, "TensorBoardTracker")
-        else:
-            raise ValueError(f"TensorBoardTracker.load_state_dict needs a 'run' (the folder relative to the "
-                             f"logging directory). Received: {state!r}.")
+        log_dir = run_paths.restore(state, "log_dir", self.logging_dir, "TensorBoardTracker")
+        if log_dir is None:
+            return  # an older checkpoint's folder outside this run: the folder chosen at construction instead
+        self.log_dir = log_dir
         self._last_step = state.get("step")
         self._purge_step = None if self._last_step is None else self._last_step + 1
 
     def _started(self) -> Any:
-        if self._writer is None:
-            raise RuntimeError("TensorBoardTracker used before start(): call start() (init_trackers does).")
-        return self._writer
-
-
-def _flatten_config(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flatten_config(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+        return started(self._writer, "TensorBoardTracker")

@@ -28,6 +28,23 @@ def normalize_values(values: Mapping[str, Any]) -> dict[str, Scalar]:
     return dict(_flatten(values, "", _to_python))  # type: ignore[arg-type]
 
 
+def flatten_config(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A run configuration with nested dicts flattened to ``"a/b"`` keys, values as they are (for a backend's
+    parameter table: TensorBoard's hparams plugin, MLflow's params).
+
+    Example:
+        >>> flatten_config({"lr": 0.1, "model": {"width": 64}})
+        {'lr': 0.1, 'model/width': 64}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def check_values(values: Mapping[str, Any]) -> None:
     """Raise exactly as ``normalize_values`` would, without converting anything (no ``.item()``, no sync).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trackers.base import GeneralTracker
+from trackers.base import GeneralTracker, started
 
 _LOCAL_MODES = ("offline", "dryrun", "disabled")
 
@@ -126,6 +126,4 @@ class WandBTracker(GeneralTracker):
         self._identity = dict(state)
 
     def _started(self) -> Any:
-        if self._run is None:
-            raise RuntimeError("WandBTracker used before start(): call start() (init_trackers does).")
-        return self._run
+        return started(self._run, "WandBTracker")

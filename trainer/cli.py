@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from trainer.cli_config import check_against_saved, save_config, saved_config_path
 from trainer.datamodule import DataModule
 from trainer.module import TrainModule
+from trainer.tools.cli_config import check_against_saved, save_config, saved_config_path
 from trainer.trainer import Trainer
 
 SUBCOMMANDS: dict[str, set[str]] = {  # each Trainer method and the arguments the CLI fills itself

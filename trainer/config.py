@@ -1,31 +1,54 @@
-"""`TrainerConfig`: the Trainer's keyword arguments, validated once and frozen.
+"""`TrainerConfig`: every ``Trainer`` keyword with its default, checked once and frozen.
 
-``Trainer.__init__`` keeps Lightning's keyword signature; every check of those keywords lives here, so a bad
-value fails at construction, naming what was received and what to do. The config never changes during a run:
-what does change (the accumulation factor under ``GradientAccumulationScheduler``, ``max_epochs`` raised for
-a second ``fit``) is replaced through ``dataclasses.replace`` by the Trainer's setters, re-validated.
+This is the one place where the Trainer's keywords and their defaults are written: ``Trainer(**keywords)``
+builds a ``TrainerConfig`` from its keywords (the Trainer's signature is generated from these fields), and
+``Trainer.from_config(config)`` builds a trainer from one (the Tuner and the config CLI do). Checking a keyword
+resolves it to the value the trainer uses (``max_time`` in seconds, ``fast_dev_run``'s limits, Lightning's
+``precision`` strings as the engine's ``mixed_precision``...) in ``__post_init__``; that resolution is
+idempotent, so ``dataclasses.replace(config, max_epochs=5)`` checks the result again and keeps every other value.
+
+The Lightning-only keywords (``strategy``, ``devices``, ``logger``, ``benchmark``...) are kept as given here and
+resolved, with their side effects, by ``trainer.compat.keywords`` when a Trainer is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import difflib
+import inspect
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from callbacks import Callback
+from engine import Accelerator
 from trainer import args as checks
-from trainer.compiling import check_compile
-from trainer.signals import check_signals
+from trainer.loop.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, check_signals
+from trainer.profiling import Profiler
+from trainer.tools.compiling import check_compile
 
 NONFINITE_CHOICES = ("raise", "skip", "ignore")
 
 
+class _Unset:
+    """A keyword's "not given" (distinct from an explicit None): ``log_with`` and ``project_dir`` conflict with
+    other keywords only when given."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+UNSET: Any = _Unset()
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Validated Trainer settings (see ``Trainer`` for what each one means; the longer stories are here).
+    """The Trainer's settings (see ``Trainer`` for what each one means; the longer stories are here).
 
     ``on_nonfinite_loss``: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
     step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such optimizer
-    steps; one host sync per step) or ``"ignore"``; see ``trainer.loss_check.LossCheck``.
+    steps; one host sync per step) or ``"ignore"``; see ``trainer.loop.loss_check.LossCheck``.
 
     ``preemption_signals`` / ``preemption_exit_code``: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
     SLURM) on which fit, at the next optimizer step boundary on every process, saves a checkpoint (the first
@@ -33,116 +56,182 @@ class TrainerConfig:
     ``preemption_exit_code`` (default 143 = 128 + SIGTERM; ``Preempted``); ``None``: no handler.
 
     Example:
-        >>> config = TrainerConfig.from_keywords(max_epochs=3, fast_dev_run=2)
+        >>> config = TrainerConfig(max_epochs=3, fast_dev_run=2)
         >>> config.max_epochs, config.max_steps, config.limit_val_batches, config.num_sanity_val_steps
         (1, 2, 2, 0)
+        >>> dataclasses.replace(config, fast_dev_run=False, max_steps=None).max_steps is None
+        True
     """
 
+    accelerator: Accelerator | str | None = None  # or "auto" / "cpu" / "gpu" / "cuda"
     max_epochs: int | None = None
     min_epochs: int | None = None
     max_steps: int | None = None
     min_steps: int | None = None
-    max_time: float | None = None
-    max_epochs_defaulted: bool = False
-    accumulate_grad_batches: int = 1
+    max_time: Any = None  # resolved to seconds (float)
+    accumulate_grad_batches: int | None = None  # resolved to an int >= 1
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
-    precision: str | None = None
-    val_check_interval: int | float = 1.0
+    mixed_precision: str | None = None  # resolved to the engine's value ("no" / "fp16" / "bf16") from either
+    precision: str | int | None = None  # ... this one (Lightning's "16-mixed", "bf16-mixed", "32"...), as given
+    val_check_interval: float | None = 1.0
     check_val_every_n_epoch: int | None = 1
-    num_sanity_val_steps: int = 2
-    limit_train_batches: int | float = 1.0
-    limit_val_batches: int | float = 1.0
-    limit_test_batches: int | float = 1.0
-    limit_predict_batches: int | float = 1.0
-    fast_dev_run: int = 0
-    overfit_batches: int | float = 0.0
-    log_every_n_steps: int = 50
-    enable_checkpointing: bool = True
+    num_sanity_val_steps: int | None = None  # None: 2 (Lightning's default), 0 with barebones
+    limit_train_batches: float | None = 1.0
+    limit_val_batches: float | None = 1.0
+    limit_test_batches: float | None = 1.0
+    limit_predict_batches: float | None = 1.0
+    fast_dev_run: bool | int = False  # resolved to the number of batches per stage (0: off)
+    overfit_batches: float = 0.0
+    log_every_n_steps: int | None = 50
+    enable_checkpointing: bool | None = None  # None: True (False with barebones)
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool | None = None
+    callbacks: Sequence[Callback] | Callback | None = None
+    log_with: Any = UNSET  # tracker names or GeneralTracker objects; not given: "csv"
+    project_dir: str | None = UNSET  # not given: "runs"
+    project_name: str = "ember"
+    seed: int | None = None
+    deterministic: bool = False
     detect_anomaly: bool = False
     on_nonfinite_loss: str = "raise"
-    preemption_signals: tuple[int, ...] = ()
-    preemption_exit_code: int = 143
-    project_name: str = "ember"
-    compile: dict[str, Any] | None = None  # torch.compile keyword arguments for the module's steps
+    preemption_signals: Any = DEFAULT_SIGNALS  # resolved to a tuple of signal numbers
+    preemption_exit_code: int = DEFAULT_EXIT_CODE
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    logger: Any = None
+    default_root_dir: str | None = None
+    benchmark: bool | None = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: Profiler | str | None = None
+    barebones: bool = False
+    plugins: Any = None
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = 0
+    enable_autolog_hparams: bool = True
+    model_registry: str | None = None
+    compile: Any = False  # resolved to torch.compile's keyword arguments, or None
+    # Resolved, not keywords (carried by dataclasses.replace): max_epochs fell back to 1000 because no limit was
+    # given (fit warns); max_epochs=-1 asked for no limit at all (stored as None).
+    max_epochs_defaulted: bool = field(default=False, repr=False)
+    max_epochs_unlimited: bool = field(default=False, repr=False)
 
-    @classmethod
-    def from_keywords(cls, *, max_epochs: int | None = None, min_epochs: int | None = None,
-                      max_steps: int | None = None, min_steps: int | None = None, max_time: Any = None,
-                      accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
-                      gradient_clip_algorithm: str = "norm", mixed_precision: str | None = None,
-                      precision: str | int | None = None, val_check_interval: float = 1.0,
-                      check_val_every_n_epoch: int | None = 1, num_sanity_val_steps: int = 2,
-                      limit_train_batches: float = 1.0, limit_val_batches: float = 1.0,
-                      limit_test_batches: float = 1.0, limit_predict_batches: float = 1.0,
-                      fast_dev_run: bool | int = False, overfit_batches: float = 0.0, log_every_n_steps: int = 50,
-                      enable_checkpointing: bool = True, detect_anomaly: bool = False,
-                      on_nonfinite_loss: str = "raise", preemption_signals: Any = None,
-                      preemption_exit_code: int = 143, project_name: str = "ember",
-                      compile: bool | dict[str, Any] = False) -> TrainerConfig:
-        """Check every keyword and resolve the ones that set others (``fast_dev_run``, ``overfit_batches``).
-
-        ``None`` means the default for the keywords whose Lightning default is ``None`` (configs pass ``null``).
-        """
-        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches = (
-            1.0 if v is None else v for v in (limit_train_batches, limit_val_batches, limit_test_batches,
-                                              limit_predict_batches))
-        val_check_interval = 1.0 if val_check_interval is None else val_check_interval
-        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
-        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
-        gradient_clip_algorithm = gradient_clip_algorithm or "norm"
-        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
-        seconds = checks.parse_max_time(max_time)
-        max_epochs, max_steps, defaulted = checks.check_epochs_and_steps(max_epochs, max_steps, seconds)
-        if gradient_clip_val is not None and (not isinstance(gradient_clip_val, (int, float))
-                                              or isinstance(gradient_clip_val, bool) or gradient_clip_val < 0):
-            raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: "
-                             f"{gradient_clip_val!r}.")
-        interval = checks.check_val_check_interval(val_check_interval)
-        every_n_epoch = checks.check_count("check_val_every_n_epoch", check_val_every_n_epoch, 1)
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: the checked values replace the given ones, here only
+        for name, default in (("limit_train_batches", 1.0), ("limit_val_batches", 1.0), ("limit_test_batches", 1.0),
+                              ("limit_predict_batches", 1.0), ("val_check_interval", 1.0), ("log_every_n_steps", 50)):
+            if getattr(self, name) is None:  # configs pass null for "the default"
+                set_(self, name, default)
+        seconds = checks.parse_max_time(self.max_time)
+        unlimited = self.max_epochs == -1 or (self.max_epochs is None and self.max_epochs_unlimited)
+        max_epochs, max_steps, defaulted = checks.check_epochs_and_steps(-1 if unlimited else self.max_epochs,
+                                                                         self.max_steps, seconds)
+        # A replace() keeps a default once made: max_epochs still at it, and still no other limit.
+        defaulted = defaulted or (self.max_epochs_defaulted and max_epochs == checks.DEFAULT_MAX_EPOCHS
+                                  and max_steps is None and seconds is None)
+        clip = self.gradient_clip_val
+        if clip is not None and (not isinstance(clip, (int, float)) or isinstance(clip, bool) or clip < 0):
+            raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: {clip!r}.")
+        interval = checks.check_val_check_interval(self.val_check_interval)
+        every_n_epoch = checks.check_count("check_val_every_n_epoch", self.check_val_every_n_epoch, 1)
         if every_n_epoch is None and not checks.is_int(interval):
             raise ValueError(f"Trainer(check_val_every_n_epoch=None) counts val_check_interval in training batches "
-                             f"across epochs, so it must be an int. Received: val_check_interval="
-                             f"{val_check_interval!r}.")
-        if not checks.is_int(preemption_exit_code) or not 0 <= preemption_exit_code <= 255:
-            raise ValueError(f"Trainer(preemption_exit_code=...) must be an int in [0, 255]. Received: "
-                             f"{preemption_exit_code!r}.")
-        limits = {name: checks.check_limit(name, value) for name, value in (
-            ("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
-            ("limit_test_batches", limit_test_batches), ("limit_predict_batches", limit_predict_batches))}
-        overfit = checks.check_limit("overfit_batches", overfit_batches)
-        sanity = checks.check_count("num_sanity_val_steps", num_sanity_val_steps, -1, False)
-        fast = checks.check_fast_dev_run(fast_dev_run)
+                             f"across epochs, so it must be an int. Received: val_check_interval={interval!r}.")
+        code = self.preemption_exit_code
+        if not checks.is_int(code) or not 0 <= code <= 255:
+            raise ValueError(f"Trainer(preemption_exit_code=...) must be an int in [0, 255]. Received: {code!r}.")
+        limits = {name: checks.check_limit(name, getattr(self, name)) for name in (
+            "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")}
+        overfit = checks.check_limit("overfit_batches", self.overfit_batches)
+        switches = self._switches()
+        sanity = checks.check_count("num_sanity_val_steps", switches["num_sanity_val_steps"], -1, False)
+        fast = checks.check_fast_dev_run(self.fast_dev_run)
         if overfit:
             limits["limit_train_batches"] = limits["limit_val_batches"] = overfit
         if fast:
             limits = dict.fromkeys(limits, fast)
             max_epochs, max_steps, defaulted = 1, fast, False
             sanity, interval, every_n_epoch = 0, 1.0, 1
-        config = cls(
-            max_epochs=max_epochs, min_epochs=checks.check_count("min_epochs", min_epochs), max_steps=max_steps,
-            min_steps=checks.check_count("min_steps", min_steps), max_time=seconds, max_epochs_defaulted=defaulted,
-            accumulate_grad_batches=checks.check_count("accumulate_grad_batches", accumulate_grad_batches, 1) or 1,
-            gradient_clip_val=gradient_clip_val or None,
-            gradient_clip_algorithm=checks.check_choice("gradient_clip_algorithm", gradient_clip_algorithm,
-                                                        ("norm", "value")),
-            precision=checks.parse_precision(mixed_precision, precision), val_check_interval=interval,
+        resolved = dict(
+            max_epochs=max_epochs, min_epochs=checks.check_count("min_epochs", self.min_epochs), max_steps=max_steps,
+            min_steps=checks.check_count("min_steps", self.min_steps), max_time=seconds,
+            max_epochs_defaulted=defaulted, max_epochs_unlimited=unlimited and not fast,
+            accumulate_grad_batches=checks.check_count("accumulate_grad_batches", self.accumulate_grad_batches,
+                                                       1) or 1,
+            gradient_clip_val=clip or None,
+            gradient_clip_algorithm=checks.check_choice("gradient_clip_algorithm", self.gradient_clip_algorithm or
+                                                        "norm", ("norm", "value")),
+            mixed_precision=checks.parse_precision(self.mixed_precision, self.precision), val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,
-            overfit_batches=overfit, log_every_n_steps=checks.check_count("log_every_n_steps", log_every_n_steps, 1,
-                                                                          False) or 1,
-            enable_checkpointing=bool(enable_checkpointing), detect_anomaly=bool(detect_anomaly),
-            on_nonfinite_loss=checks.check_choice("on_nonfinite_loss", on_nonfinite_loss, NONFINITE_CHOICES),
-            preemption_signals=check_signals(preemption_signals), preemption_exit_code=int(preemption_exit_code),
-            project_name=project_name, compile=check_compile(compile), **limits)
-        return config.checked()
-
-    def checked(self) -> TrainerConfig:
-        """Checks across fields; returns ``self`` (also run after a setter replaced a field)."""
+            overfit_batches=overfit,
+            log_every_n_steps=checks.check_count("log_every_n_steps", self.log_every_n_steps, 1, False) or 1,
+            enable_checkpointing=bool(switches["enable_checkpointing"]),
+            enable_progress_bar=bool(switches["enable_progress_bar"]),
+            enable_model_summary=bool(switches["enable_model_summary"]),
+            detect_anomaly=bool(self.detect_anomaly),
+            on_nonfinite_loss=checks.check_choice("on_nonfinite_loss", self.on_nonfinite_loss, NONFINITE_CHOICES),
+            preemption_signals=check_signals(self.preemption_signals), preemption_exit_code=int(code),
+            compile=check_compile(self.compile), **limits)
+        for name, value in resolved.items():
+            set_(self, name, value)
         if self.min_epochs is not None and self.max_epochs is not None and self.min_epochs > self.max_epochs:
             raise ValueError(f"Trainer(min_epochs={self.min_epochs}) is larger than max_epochs={self.max_epochs}: "
                              "raise max_epochs or lower min_epochs.")
-        return self
 
-    def replace(self, **changes: Any) -> TrainerConfig:
-        """A copy with ``changes`` (already validated by the caller), checked across fields."""
-        return dataclasses.replace(self, **changes).checked()
+    def _switches(self) -> dict[str, Any]:
+        """The features ``barebones`` turns off, resolved (``None`` is Lightning's default: on, 2 sanity steps).
+
+        Asking for one of them as well as ``barebones=True`` is an error, as in Lightning.
+        """
+        given = {"enable_checkpointing": self.enable_checkpointing, "enable_progress_bar": self.enable_progress_bar,
+                 "enable_model_summary": self.enable_model_summary, "num_sanity_val_steps": self.num_sanity_val_steps}
+        if not self.barebones:
+            return {name: (2 if name == "num_sanity_val_steps" else True) if value is None else value
+                    for name, value in given.items()}
+        off = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
+               "num_sanity_val_steps": 0}
+        conflicts = {k: v for k, v in given.items() if v not in (None, False, 0) and v is not off[k]}
+        if self.logger not in (None, False):
+            conflicts["logger"] = self.logger
+        if self.detect_anomaly:
+            conflicts["detect_anomaly"] = True
+        if conflicts:
+            name, value = next(iter(conflicts.items()))
+            raise ValueError(f"Trainer(barebones=True, {name}={value!r}) was passed: barebones turns {name} off. "
+                             f"Remove {name}=, or barebones=True.")
+        return off
+
+    def keywords(self) -> dict[str, Any]:
+        """The keywords that build this config again (``Trainer(**config.keywords())``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in KEYWORDS}
+
+
+# The Trainer's keywords, in the order of its signature (every field but the resolved-only ones).
+KEYWORDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainerConfig) if f.repr)
+
+
+def check_keywords(owner: str, keywords: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` naming an unknown keyword and the closest accepted one (``max_epoch`` -> ``max_epochs``).
+
+    Example:
+        >>> check_keywords("Trainer", {"max_epoch": 3})
+        Traceback (most recent call last):
+        TypeError: Trainer() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?
+    """
+    for name in keywords:
+        if name not in KEYWORDS:
+            close = difflib.get_close_matches(name, KEYWORDS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else " See help(Trainer) for the keywords it takes."
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}.{hint}")
+
+
+def keyword_signature() -> inspect.Signature:
+    """The Trainer's signature: one keyword-only parameter per ``KEYWORDS`` entry, with its default and type."""
+    hints = typing.get_type_hints(TrainerConfig)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainerConfig)}
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name],
+                                     annotation=hints[name]) for name in KEYWORDS]
+    return inspect.Signature(parameters, return_annotation=None)

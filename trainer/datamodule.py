@@ -6,6 +6,7 @@ import os
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from trainer.checkpoint.loading import load_datamodule
 from trainer.data_hooks import DataHooks
 from trainer.hparams import HyperparametersMixin
 
@@ -66,8 +67,6 @@ class DataModule(DataHooks, HyperparametersMixin):
             dm = MNISTData.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", batch_size=256)
         """
         del map_location
-        from trainer.loading import load_datamodule
-
         return load_datamodule(cls, checkpoint_path, hparams_file, weights_only, kwargs)
 
     def state_dict(self) -> dict[str, Any]:

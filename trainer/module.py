@@ -10,17 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.compiling import Compiler, strip_prefix, with_compiled_names
+from trainer.checkpoint.loading import load_module
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
-from trainer.metrics import ReduceFx, metric_collection_items
+from trainer.metrics.logger import LogOptions, ReduceFx, metric_collection_items
+from trainer.optim import clip_gradients
+from trainer.tools.compiling import Compiler, strip_prefix, with_compiled_names
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
     from engine import Accelerator
-    from trainer.trainer import Trainer
+    from trainer.host import ModuleHost
 
 
 class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
@@ -50,7 +52,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._trainer_ref: weakref.ReferenceType[Trainer] | None = None
+        self._trainer_ref: weakref.ReferenceType[ModuleHost] | None = None
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None,
@@ -72,13 +74,11 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             model = MyModel.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", lr=1e-4)
             model.eval()
         """
-        from trainer.loading import load_module
-
         return load_module(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, kwargs)
 
     # -- the trainer it runs in -------------------------------------------------------------------------------
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> ModuleHost:
         """The ``Trainer`` running this module (raises when it is not attached to one)."""
         trainer = self._attached_trainer()
         if trainer is None:
@@ -130,15 +130,15 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def global_step(self) -> int:
         """Optimizer steps taken so far (0 without a trainer)."""
         trainer = self._attached_trainer()
-        return trainer.state.global_step if trainer is not None else 0
+        return trainer.global_step if trainer is not None else 0
 
     @property
     def current_epoch(self) -> int:
         """The training epoch in progress (0 without a trainer)."""
         trainer = self._attached_trainer()
-        return trainer.state.epoch if trainer is not None else 0
+        return trainer.current_epoch if trainer is not None else 0
 
-    def _attached_trainer(self) -> Trainer | None:
+    def _attached_trainer(self) -> ModuleHost | None:
         ref = self.__dict__.get("_trainer_ref")
         return None if ref is None else ref()
 
@@ -195,8 +195,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             raise RuntimeError(f"self.log({name!r}, ...) was called on a module that is not attached to a Trainer: "
                                "call it from inside training_step / validation_step / a hook during trainer.fit.")
-        trainer.metric_logger.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size,
-                             enable_graph, add_dataloader_idx)
+        trainer.log_value(name, value, LogOptions(prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist,
+                                                  batch_size, enable_graph, add_dataloader_idx))
 
     def log_dict(self, dictionary: Mapping[str, Any] | Any, prog_bar: bool = False, logger: bool = True,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean",
@@ -230,7 +230,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         Each is a ``torch.optim.Optimizer`` whose ``step`` / ``zero_grad`` respect gradient accumulation.
         """
         del use_pl_optimizer
-        optimizers = self.trainer.plan.module_optimizers
+        optimizers = self.trainer.module_optimizers()
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:
@@ -267,17 +267,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def clip_gradients(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
         """Clip the gradients of ``optimizer``'s parameters through the engine (``"norm"`` default, or ``"value"``)."""
-        if gradient_clip_val is None or gradient_clip_val == 0:
-            return
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if (gradient_clip_algorithm or "norm") == "value":
-            self.accelerator.clip_grad_value_(params, gradient_clip_val)
-        else:
-            self.accelerator.clip_grad_norm_(params, gradient_clip_val)
+        clip_gradients(self.accelerator, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Called before each optimizer step with the trainer's clipping settings; override to customise."""
+        """Called before each optimizer step with the trainer's clipping settings; override to customise (without
+        an override the trainer clips by itself, with the same result)."""
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer,

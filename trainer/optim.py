@@ -227,3 +227,18 @@ class ManualOptimizer(LightningOptimizer):
         self._after_step()
         return result
 
+
+def clip_gradients(accelerator: Any, optimizer: torch.optim.Optimizer, value: float | None,
+                   algorithm: str | None = None) -> None:
+    """Clip the gradients of ``optimizer``'s parameters through the engine: by norm (default) or by value.
+
+    ``accelerator`` is the engine's ``Accelerator`` (it unscales fp16 gradients and clips sharded ones).
+    A ``value`` of None or 0 clips nothing.
+    """
+    if value is None or value == 0:
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if (algorithm or "norm") == "value":
+        accelerator.clip_grad_value_(params, value)
+    else:
+        accelerator.clip_grad_norm_(params, value)

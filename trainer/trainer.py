@@ -10,53 +10,42 @@ import contextlib
 import sys
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from callbacks import Callback, ModelCheckpoint
-from engine import Accelerator, set_seed
+from callbacks import ModelCheckpoint
+from engine import set_seed
 from engine.optimizer import clear_grads
 from trainer import args as checks
-from trainer.checkpointer import Checkpointer
-from trainer.compiling import take_compiled
-from trainer.config import TrainerConfig
+from trainer.build import build_accelerator, build_callbacks
+from trainer.checkpoint.checkpointer import Checkpointer
+from trainer.checkpoint.entry import Attached, TrainerEntry
+from trainer.checkpoint.resume import Resume, load_weights, restore
+from trainer.compat.attributes import with_lightning_attributes
+from trainer.compat.keywords import accepts_model, convert_module, logger_views, resolve_lightning
+from trainer.config import UNSET, TrainerConfig, check_keywords, keyword_signature
 from trainer.datamodule import DataModule
-from trainer.evaluation import EvaluationLoop, print_results
-from trainer.hooks import HookTable
-from trainer.lightning_keywords import LIGHTNING, accepts_model, resolve_lightning
-from trainer.loss_check import LossCheck
-from trainer.metrics import MetricLogger, to_python
+from trainer.evaluation.loop import EvaluationLoop, print_results
+from trainer.loop.hooks import HookTable
+from trainer.loop.loss_check import LossCheck
+from trainer.loop.plan import RunPlan, batches
+from trainer.loop.run import check_module, eval_sources, module_callbacks, run_scope
+from trainer.loop.schedulers import SchedulerStepper
+from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
+from trainer.loop.stepping import check_trainable, detached, loss_of
+from trainer.loop.stop import StopController
+from trainer.metrics.logger import LogOptions, MetricLogger, to_python
+from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
-from trainer.plan import RunPlan, batches
-from trainer.profiling import Profiler, profiled, profiled_iter, resolve_profiler
-from trainer.schedulers import SchedulerStepper
-from trainer.setup import (
-    UNSET,
-    Attached,
-    build_accelerator,
-    build_callbacks,
-    check_module,
-    eval_sources,
-    module_callbacks,
-    run_scope,
-)
-from trainer.signals import (
-    DEFAULT_EXIT_CODE,
-    DEFAULT_SIGNALS,
-    Preempted,
-    PreemptionHandler,
-    one_line_interrupt,
-    resume_hint,
-)
+from trainer.optim import clip_gradients
+from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
-from trainer.stepping import check_trainable, detached, loss_of
-from trainer.stop import StopController
-from trainer.tracking import TrackerLink
-from trainer.views import ConfigField, PartField, StageFlag
+from trainer.tools.compiling import take_compiled
 
 
+@with_lightning_attributes
 class Trainer:
     """Runs ``fit`` / ``validate`` / ``test`` / ``predict`` for a ``TrainModule``, with Lightning's argument names.
 
@@ -92,7 +81,7 @@ class Trainer:
         profiler / compile: a ``trainer.profiling`` profiler or its name; ``torch.compile`` (``trainer.compiling``).
         on_nonfinite_loss: ``"raise"`` (default), ``"skip"`` or ``"ignore"`` a NaN/inf loss (``TrainerConfig``).
         preemption_signals / preemption_exit_code: save, finish and exit on these signals (``TrainerConfig``).
-        strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.lightning_keywords``).
+        strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.compat.keywords``).
 
     Parts, one job each (the README's "Inside the Trainer" lists them): ``config``, ``plan``, ``stop``,
     ``loss_check``, ``schedulers``, ``checkpointer``, ``evaluation``, ``trackers``, ``metric_logger``.
@@ -118,121 +107,47 @@ class Trainer:
         (8, 2)
     """
 
-    # Lightning's attribute names, each read from its one owner.
-    callbacks = PartField("attached", "callbacks", settable=True)
-    module = PartField("attached", "module", settable=True)  # the TrainModule being (or last) run
-    datamodule = PartField("attached", "datamodule", settable=True)
-    max_epochs = ConfigField(settable=True)
-    max_steps = ConfigField(settable=True)
-    min_epochs = ConfigField(settable=True)
-    min_steps = ConfigField(settable=True)
-    accumulate_grad_batches = ConfigField(settable=True, minimum=1)  # GradientAccumulationScheduler sets it
-    max_time = ConfigField()
-    gradient_clip_val = ConfigField()
-    gradient_clip_algorithm = ConfigField()
-    val_check_interval = ConfigField()
-    check_val_every_n_epoch = ConfigField()
-    num_sanity_val_steps = ConfigField()
-    limit_train_batches = ConfigField()
-    limit_val_batches = ConfigField()
-    limit_test_batches = ConfigField()
-    limit_predict_batches = ConfigField()
-    fast_dev_run = ConfigField()
-    overfit_batches = ConfigField()
-    log_every_n_steps = ConfigField()
-    enable_checkpointing = ConfigField()
-    on_nonfinite_loss = ConfigField()
-    preemption_exit_code = ConfigField()
-    project_name = ConfigField()
-    train_dataloader = PartField("plan", "train_loader")
-    val_dataloaders = PartField("plan", "val_loaders")
-    test_dataloaders = PartField("plan", "test_loaders")
-    predict_dataloaders = PartField("plan", "predict_loaders")
-    num_training_batches = PartField("plan", "num_training_batches")
-    num_val_batches = PartField("plan", "num_val_batches")
-    num_sanity_val_batches = PartField("plan", "num_sanity_val_batches")
-    num_test_batches = PartField("plan", "num_test_batches")
-    num_predict_batches = PartField("plan", "num_predict_batches")
-    optimizers = PartField("plan", "optimizers")
-    lr_scheduler_configs = PartField("plan", "scheduler_configs")
-    current_epoch = PartField("state", "epoch")
-    global_step = PartField("state", "global_step")
-    callback_metrics = PartField("metric_logger", "callback_metrics")
-    logged_metrics = PartField("metric_logger", "logged_metrics")
-    world_size = PartField("accelerator", "num_processes")
-    global_rank = PartField("accelerator", "process_index")
-    local_rank = PartField("accelerator", "local_process_index")
-    is_global_zero = PartField("accelerator", "is_main_process")
-    log_dir = PartField("accelerator", "logging_dir")
-    checkpoint_callbacks = PartField("checkpointer", "checkpoint_callbacks")  # every ModelCheckpoint, in order
-    model = lightning_module = PartField("attached", "module")  # Lightning's names: the module, never a wrapper
-    logger, loggers = PartField("lightning", "logger"), PartField("lightning", "logger_views")  # Lightning-style
-    default_checkpoint_dir = PartField("checkpointer", "default_dir")  # {project_dir}/checkpoints
-    sanity_checking = StageFlag("sanity_check")
-    training = StageFlag("train")  # False during fit's validation
-    validating = StageFlag("validate")  # inside fit or validate()
-    testing = StageFlag("test")
-    predicting = StageFlag("predict")
-
-
-    def __init__(self, *, accelerator: Accelerator | str | None = None, max_epochs: int | None = None,
-                 min_epochs: int | None = None, max_steps: int | None = None, min_steps: int | None = None,
-                 max_time: Any = None, accumulate_grad_batches: int | None = None,
-                 gradient_clip_val: float | None = None, gradient_clip_algorithm: str = "norm",
-                 mixed_precision: str | None = None, precision: str | int | None = None,
-                 val_check_interval: float = 1.0, check_val_every_n_epoch: int | None = 1,
-                 num_sanity_val_steps: int | None = None, limit_train_batches: float = 1.0,
-                 limit_val_batches: float = 1.0, limit_test_batches: float = 1.0,
-                 limit_predict_batches: float = 1.0, fast_dev_run: bool | int = False,
-                 overfit_batches: float = 0.0, log_every_n_steps: int = 50, enable_checkpointing: bool | None = None,
-                 enable_progress_bar: bool | None = None, enable_model_summary: bool | None = None,
-                 callbacks: Sequence[Callback] | Callback | None = None, log_with: Any = UNSET,
-                 project_dir: str | None = UNSET, project_name: str = "ember", seed: int | None = None,
-                 deterministic: bool = False, detect_anomaly: bool = False, on_nonfinite_loss: str = "raise",
-                 preemption_signals: Any = DEFAULT_SIGNALS, preemption_exit_code: int = DEFAULT_EXIT_CODE,
-                 strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1, logger: Any = None,
-                 default_root_dir: str | None = None, benchmark: bool | None = None, inference_mode: bool = True,
-                 use_distributed_sampler: bool = True, profiler: Profiler | str | None = None, barebones: bool = False,
-                 plugins: Any = None, sync_batchnorm: bool = False, reload_dataloaders_every_n_epochs: int = 0,
-                 enable_autolog_hparams: bool = True, model_registry: str | None = None, compile: Any = False) -> None:
-        self.lightning = lightning = resolve_lightning({k: v for k, v in locals().items() if k in LIGHTNING}, UNSET)
-        enable_checkpointing, enable_progress_bar, enable_model_summary, num_sanity_val_steps = lightning.switches
-        self.config = TrainerConfig.from_keywords(
-            max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps, min_steps=min_steps,
-            max_time=max_time, accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm, mixed_precision=mixed_precision, precision=precision,
-            val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
-            num_sanity_val_steps=num_sanity_val_steps, limit_train_batches=limit_train_batches,
-            limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
-            limit_predict_batches=limit_predict_batches, fast_dev_run=fast_dev_run, overfit_batches=overfit_batches,
-            log_every_n_steps=log_every_n_steps, enable_checkpointing=enable_checkpointing,
-            detect_anomaly=detect_anomaly, on_nonfinite_loss=on_nonfinite_loss,
-            preemption_signals=preemption_signals, preemption_exit_code=preemption_exit_code,
-            project_name=project_name, compile=compile)
-        config = self.config
-        self.accelerator = acc = build_accelerator(accelerator, config.precision, lightning, config.fast_dev_run)
-        if seed is not None:
-            set_seed(seed, deterministic=deterministic)
-        elif deterministic:
+    def __init__(self, **keywords: Any) -> None:  # the keywords: TrainerConfig's fields (see __signature__)
+        check_keywords("Trainer", keywords)
+        self.config = config = TrainerConfig(**keywords)
+        lightning = resolve_lightning(config, UNSET)  # the Lightning-only keywords, consumed here
+        self.accelerator = acc = build_accelerator(config, lightning)
+        if config.seed is not None:
+            set_seed(config.seed, deterministic=config.deterministic)
+        elif config.deterministic:
             torch.use_deterministic_algorithms(True)
-        self.attached = Attached(build_callbacks(callbacks, enable_progress_bar, enable_model_summary,
-                                                 lightning.default_checkpoint(config, callbacks, acc)))
+        self._loggers = lightning.loggers
+        callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
+                                    lightning.default_checkpoint(config, acc))
+        self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
         self.plan = RunPlan(acc)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
-                                    autolog=lightning.autolog_hparams)
+                                    autolog=config.enable_autolog_hparams)
         self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
         self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers,
-                                         lightning.inference_mode)
-        self.checkpointer = Checkpointer(acc, self.state, self.plan, self.metric_logger, self.stop, self.loss_check,
-                                         self.trackers, self.attached, self)
+                                         config.inference_mode)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
-        self.profiler = self.checkpointer.profiler = resolve_profiler(profiler)
+        self.profiler = resolve_profiler(config.profiler)
+        entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
+        self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler)
         self._engine_backward = profiled(self.profiler, "backward", acc.backward)  # no wrapper without a profiler
         self._world = acc.num_processes
+
+    @classmethod
+    def from_config(cls, config: TrainerConfig) -> Trainer:
+        """A Trainer built from ``config`` (e.g. ``dataclasses.replace(trainer.config, max_steps=100)``).
+
+        Example:
+            >>> import dataclasses
+            >>> trainer = Trainer(max_epochs=3, log_with=None, enable_progress_bar=False)
+            >>> Trainer.from_config(dataclasses.replace(trainer.config, max_epochs=5)).max_epochs
+            5
+        """
+        return cls(**config.keywords())
 
     # -- fit ----------------------------------------------------------------------------------------------------
     @accepts_model
@@ -248,7 +163,7 @@ class Trainer:
             datamodule, train_dataloaders = train_dataloaders, None
         config = self.config
         check_trainable(module, config.accumulate_grad_batches, config.gradient_clip_val, config.on_nonfinite_loss)
-        resume_from = self._resolve_ckpt_path(ckpt_path, "fit")
+        resume = self.checkpointer.resolve(ckpt_path, "fit")
         if config.max_epochs_defaulted and self.accelerator.is_main_process:
             warnings.warn(f"Neither max_epochs nor max_steps (nor max_time) was set: training stops after "
                           f"{checks.DEFAULT_MAX_EPOCHS} epochs. Pass max_epochs=N or max_steps=N (max_epochs=-1 "
@@ -257,18 +172,27 @@ class Trainer:
         interrupt = one_line_interrupt(self.state, self.checkpointer.newest, self.accelerator.is_main_process)
         with interrupt, self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
             plan, module = self.plan, check_module(self.module)  # the module inside a torch.compile shell
-            self.lightning.convert_module(module, self._world)  # sync_batchnorm
+            convert_module(self.config, module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
                            (self._manual_before_step, self._manual_after_step))
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)
-            self.stop.start()
             self.loss_check.reset()
-            if resume_from is not None:
-                self.checkpointer.restore(resume_from)  # before the trackers start: they reopen the saved runs
+            if resume is not None:
+                self._restore(resume)  # before the trackers start: they reopen the saved runs
+            self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
             self.trackers.start((self.module, self.datamodule))
-            self._fit_loop(hooks, sanity_check=resume_from is None)
+            self._fit_loop(hooks, sanity_check=resume is None)
+
+    def _restore(self, resume: Resume) -> None:
+        """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
+        folder = restore(self.accelerator, resume, "fit")
+        self.plan.line_up_loaders(self.state)
+        self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
+        state = self.state
+        self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
+                               f"step {state.global_step}.")
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
@@ -377,6 +301,14 @@ class Trainer:
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
+    def log_value(self, name: str, value: Any, options: LogOptions) -> None:
+        """One ``self.log`` call of the module (``trainer.host.ModuleHost``)."""
+        self.metric_logger.log(name, value, options)
+
+    def module_optimizers(self) -> list[torch.optim.Optimizer]:
+        """What ``module.optimizers()`` returns: the prepared optimizers (wrapped under manual optimisation)."""
+        return self.plan.module_optimizers
+
     def _optimizer_step(self, batch_idx: int, loss: torch.Tensor) -> None:
         hooks, plan, state, config = self._hooks, self.plan, self.state, self.config
         module = self.attached.module
@@ -387,8 +319,10 @@ class Trainer:
             return
         for hook in hooks.overriders["on_before_optimizer_step"]:
             hook(optimizer)
-        if plan.clip:
+        if plan.custom_clipping:
             module.configure_gradient_clipping(optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
+        elif plan.clip:
+            clip_gradients(self.accelerator, optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
         # The module's optimizer_step / optimizer_zero_grad are only called when overridden (a call saved per step).
         if plan.custom_optimizer_step:
             module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
@@ -445,7 +379,7 @@ class Trainer:
         reason = self.stop.take_interrupt()
         if reason is None or (reason == "max_time" and self.checkpoint_callback is None):
             return
-        self.checkpointer.save_interrupted(reason)
+        self.checkpointer.save_interrupted(reason, self)
         if reason == "preempted":
             signal_name = self.stop.preemption.consume() or "a signal to another process"
             self.trackers.finish()
@@ -480,13 +414,13 @@ class Trainer:
         """``predict_step`` over the loader(s); returns the per-batch predictions of every process, in dataset
         order, without the samples repeated to even out the last batch (a list per loader when there are several).
         """
-        folder = self._resolve_ckpt_path(ckpt_path, "predict", required=True)
+        resume = self.checkpointer.resolve(ckpt_path, "predict", required=True)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run("predict", module, datamodule) as hooks:
             assert self.module is not None
             self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
-            if folder is not None:
-                self.checkpointer.load_weights(folder)
+            if resume is not None:
+                load_weights(self.module, resume.folder)
             results = self.evaluation.predict(hooks, return_predictions)
         if return_predictions is False:
             return None
@@ -494,13 +428,13 @@ class Trainer:
 
     def _evaluate_entry(self, kind: str, module: TrainModule | None, dataloaders: Any, datamodule: Any,
                         ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
-        folder = self._resolve_ckpt_path(ckpt_path, kind, required=True)
+        resume = self.checkpointer.resolve(ckpt_path, kind, required=True)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run(kind, module, datamodule) as hooks:
             assert self.module is not None
             self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
-            if folder is not None:
-                self.checkpointer.load_weights(folder)  # the module's weights only: optimizers and data do not matter
+            if resume is not None:  # the module's weights only: optimizers and data do not matter
+                load_weights(self.module, resume.folder)
             self.trackers.start((self.module, self.datamodule))
             results = self.evaluation.run(kind, hooks)
         if verbose and self.accelerator.is_main_process:
@@ -536,6 +470,10 @@ class Trainer:
         return module
 
     # -- checkpoints --------------------------------------------------------------------------------------------
+    def _before_save(self) -> None:
+        self.stop.update_time()  # time_elapsed is otherwise only current per step with max_time
+        self.loss_check.check()  # never a checkpoint of weights a non-finite loss went into
+
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ``ModelCheckpoint`` (``None`` without one)."""
@@ -557,20 +495,26 @@ class Trainer:
         (``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation)."""
         self.checkpointer.run_at_boundary(fn)
 
-    def _resolve_ckpt_path(self, ckpt_path: Any, entry: str, required: bool = False) -> str | None:
-        callback = self.checkpoint_callback
-        best = callback.best_model_path if callback is not None else None
-        return self.checkpointer.resolve(ckpt_path, entry, best, required)
-
     def state_dict(self) -> dict[str, Any]:
         """The trainer's part of a checkpoint: ``TrainState``, every callback's state, the data module's state."""
-        return self.checkpointer.state_dict()
+        return self.checkpointer.entry.trainer_state()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned (callbacks matched by ``state_key``)."""
-        self.checkpointer.load_state_dict(state_dict)
+        self.checkpointer.entry.load_trainer_state(state_dict)
 
     # -- Lightning's read-only views ------------------------------------------------------------------------------
+    @property
+    def loggers(self) -> list[Any]:
+        """Lightning-style loggers (``trainer.loggers``): the given ones, or views of the running trackers."""
+        return logger_views(self._loggers, self.accelerator.trackers)
+
+    @property
+    def logger(self) -> Any:
+        """The first of ``loggers`` (``None`` without one)."""
+        views = self.loggers
+        return views[0] if views else None
+
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The ``prog_bar=True`` metrics as Python numbers (reading it syncs the device once)."""
@@ -597,3 +541,5 @@ class Trainer:
         self.metric_logger.logged_metrics.update(values)
         self.trackers.log(values, step)
 
+
+Trainer.__init__.__signature__ = keyword_signature()  # type: ignore[attr-defined]  # help(), IDEs, the config CLI

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import shutil
 import tempfile
@@ -19,10 +20,10 @@ from typing import Any
 import torch
 
 from engine.random import capture_rng_state, restore_rng_state
-from trainer.compiling import unwrap_compiled
 from trainer.datamodule import DataModule
-from trainer.lr_finder import MODES, LRFinder, LRSweep
 from trainer.module import TrainModule
+from trainer.tools.compiling import unwrap_compiled
+from trainer.tools.lr_finder import MODES, LRFinder, LRSweep
 from trainer.trainer import Trainer
 
 LR_NAMES = ("lr", "learning_rate")
@@ -211,13 +212,15 @@ class Tuner:
 
     # -- the search's own trainer ----------------------------------------------------------------------------
     def _search_trainer(self, max_steps: int, callbacks: list[Any]) -> Trainer:
+        """The user's trainer's settings (precision, accumulation, clipping, limits...) for a short search run:
+        its own step count, folder and callbacks, no validation, trackers, bar, summary, seed or signals."""
         config, acc = self.trainer.config, self.trainer.accelerator
-        return Trainer(accelerator="cpu" if acc.device.type == "cpu" else "auto", max_steps=max_steps,
-                       max_epochs=-1, mixed_precision=config.precision, accumulate_grad_batches=config.accumulate_grad_batches,
-                       gradient_clip_val=config.gradient_clip_val,
-                       gradient_clip_algorithm=config.gradient_clip_algorithm, limit_val_batches=0,
-                       num_sanity_val_steps=0, log_with=None, project_dir=self._folder, callbacks=callbacks,
-                       enable_progress_bar=False, enable_model_summary=False, preemption_signals=None)
+        return Trainer.from_config(dataclasses.replace(
+            config, accelerator="cpu" if acc.device.type == "cpu" else "auto", max_steps=max_steps, max_epochs=-1,
+            max_time=None, fast_dev_run=False, overfit_batches=0.0, limit_val_batches=0, num_sanity_val_steps=0, log_with=None, logger=None,
+            project_dir=self._folder, default_root_dir=None, callbacks=callbacks, enable_progress_bar=False,
+            enable_model_summary=False, enable_checkpointing=False, preemption_signals=None, seed=None,
+            deterministic=False, profiler=None, devices="auto", strategy="auto", num_nodes=1))
 
     @contextlib.contextmanager
     def _restored(self, module: TrainModule) -> Iterator[None]:

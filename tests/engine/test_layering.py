@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "trackers", "callbacks", "trainer")
 MAX_LINES = 600
@@ -112,20 +114,28 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
-def test_engine_has_no_import_cycle() -> None:
-    engine_imports = [imp for imp in _all_imports()
-                      if _top(imp.source) == "engine" and _top(imp.target) == "engine" and imp.source != imp.target]
+def _circles_in(package: str) -> list[str]:
+    """Each import circle among ``package``'s modules, with the import lines that close it."""
+    imports = [imp for imp in _all_imports()
+               if _top(imp.source) == package and _top(imp.target) == package and imp.source != imp.target]
     edges: dict[str, set[str]] = {}
-    for imp in engine_imports:
+    for imp in imports:
         edges.setdefault(imp.source, set()).add(imp.target)
     report = []
     for component in _cycles(edges):
         members = set(component)
-        lines = sorted(f"  {imp.where}: {imp.source} -> {imp.target}" for imp in engine_imports
+        lines = sorted(f"  {imp.where}: {imp.source} -> {imp.target}" for imp in imports
                        if imp.source in members and imp.target in members)
         report.append(f"circle among {', '.join(component)}:\n" + "\n".join(lines))
-    assert not report, ("engine/ must have no import circle (state.py is the bottom; function-level and "
-                        "TYPE_CHECKING imports count):\n" + "\n".join(report))
+    return report
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_has_an_import_cycle(package: str) -> None:
+    report = _circles_in(package)
+    assert not report, (f"{package}/ must have no import circle (function-level and TYPE_CHECKING imports count; "
+                        "a package's __init__ counts as a module, so `from {package} import X` inside it imports "
+                        "the whole package):\n" + "\n".join(report))
 
 
 def test_engine_imports_neither_trainer_nor_callbacks() -> None:

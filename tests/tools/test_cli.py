@@ -18,7 +18,7 @@ pytest.importorskip("jsonargparse")
 from ember_cli import main as ember_main
 from tests.tools.cli_models import Base, Wide
 from trainer.cli import CLI, LightningCLI
-from trainer.cli_config import ConfigMismatchError
+from trainer.tools.cli_config import ConfigMismatchError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -134,7 +134,7 @@ def test_on_exception_runs_and_the_error_propagates() -> None:
 
 def test_only_overridden_hooks_are_dispatched() -> None:
     from callbacks import Callback
-    from trainer.hooks import HookTable
+    from trainer.loop.hooks import HookTable
 
     class OneHook(Callback):
         def on_train_batch_end(self, *args: Any) -> None:

@@ -15,7 +15,7 @@ from callbacks.protocols import StateView, TrainerView
 from engine import Accelerator
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
-from trainer.hooks import HookTable
+from trainer.loop.hooks import HookTable
 from trainer.module import TrainModule
 
 

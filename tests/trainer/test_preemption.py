@@ -12,7 +12,7 @@ import torch
 from callbacks import Callback, ModelCheckpoint
 from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data
 from trainer import Trainer
-from trainer.signals import Preempted
+from trainer.loop.signals import Preempted
 
 
 class Signal(Callback):

@@ -9,6 +9,7 @@ other ranks ``experiment`` is a do-nothing object and ``log_*`` calls are skippe
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -160,13 +161,68 @@ def check_prefix(logger: str, prefix: str | None) -> None:
 
 def next_version(root: str) -> int:
     """The next free ``version_N`` number under ``root`` (0 when it does not exist), as Lightning picks it."""
-    import os
-
     if not os.path.isdir(root):
         return 0
     taken = [int(d[8:]) for d in os.listdir(root)
              if d.startswith("version_") and d[8:].isdigit() and os.path.isdir(os.path.join(root, d))]
     return max(taken, default=-1) + 1
+
+
+class VersionedLogger(Logger):
+    """A logger that writes into ``{save_dir}/{name}/version_{N}`` (Lightning's layout for file loggers).
+
+    Args:
+        save_dir: the folder experiments go under.
+        name: the experiment name (``""`` or None: no experiment folder).
+        version: an int (``version_{N}``), a str (the folder name itself), or ``None`` for the next free number.
+        sub_dir: a folder inside the version folder (TensorBoard's ``sub_dir``).
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str], name: str | None, version: int | str | None,
+                 sub_dir: str | os.PathLike[str] | None = None) -> None:
+        super().__init__()
+        if not (version is None or isinstance(version, str)
+                or (isinstance(version, int) and not isinstance(version, bool) and version >= 0)):
+            raise ValueError(f"{type(self).__name__}(version=...) must be an int >= 0, a str, or None. Received: "
+                             f"{version!r}.")
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version given, or the next free ``version_N`` number (fixed at first use)."""
+        if self._version is None:
+            self._version = next_version(self.root_dir)
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str:
+        """``{root_dir}/version_{N}[/{sub_dir}]`` (or the str version); a resumed run's own folder once its
+        tracker restored it."""
+        restored = self._restored_dir()
+        if restored is not None:
+            return restored
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        path = os.path.join(self.root_dir, version)
+        return path if self._sub_dir is None else os.path.join(path, self._sub_dir)
+
+    def _restored_dir(self) -> str | None:
+        """The folder the tracker writes to once a resumed run reopened it (None before)."""
+        return None
 
 
 def warn_unused(logger: str, what: str) -> None:

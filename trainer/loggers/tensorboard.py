@@ -9,12 +9,11 @@ from typing import Any
 import torch
 
 from trackers import TensorBoardTracker, normalize_values
-from trainer.loggers.csv_logs import _check_version
-from trainer.loggers.logger import Logger, check_prefix, convert_params, next_version
+from trainer.loggers.logger import VersionedLogger, check_prefix, convert_params
 from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(VersionedLogger):
     """Event files in ``{save_dir}/{name}/version_{N}[/{sub_dir}]`` (Lightning's layout).
 
     Args:
@@ -36,42 +35,14 @@ class TensorBoardLogger(Logger):
     def __init__(self, save_dir: str | os.PathLike[str], name: str | None = "lightning_logs",
                  version: int | str | None = None, log_graph: bool = False, default_hp_metric: bool = True,
                  prefix: str = "", sub_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
-        super().__init__()
         check_prefix("TensorBoardLogger", prefix)
-        self._save_dir = os.fspath(save_dir)
-        self._name = name or ""
-        self._version = _check_version("TensorBoardLogger", version)
+        super().__init__(save_dir, name, version, sub_dir)
         self._log_graph = bool(log_graph)
         self._default_hp_metric = bool(default_hp_metric)
-        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._writer_kwargs = kwargs
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> int | str:
-        if self._version is None:
-            self._version = next_version(self.root_dir)
-        return self._version
-
-    @property
-    def save_dir(self) -> str:
-        return self._save_dir
-
-    @property
-    def root_dir(self) -> str:
-        return os.path.join(self._save_dir, self._name)
-
-    @property
-    def log_dir(self) -> str:
-        tracker_dir = getattr(self._tracker, "log_dir", None)
-        if tracker_dir is not None:
-            return tracker_dir
-        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
-        path = os.path.join(self.root_dir, version)
-        return path if self._sub_dir is None else os.path.join(path, self._sub_dir)
+    def _restored_dir(self) -> str | None:
+        return getattr(self._tracker, "log_dir", None)
 
     @property
     def experiment(self) -> Any:

@@ -15,7 +15,7 @@ import torch
 
 from engine import Accelerator
 from trainer.config import TrainerConfig
-from trainer.signals import PreemptionHandler
+from trainer.loop.signals import PreemptionHandler
 from trainer.state import TrainState
 
 

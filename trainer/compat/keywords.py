@@ -1,17 +1,20 @@
 """The Trainer keywords only Lightning has, resolved to what Ember does instead (or refused with the reason).
 
-``Trainer.__init__`` calls ``resolve`` once; every keyword here either works or fails at construction:
+``Trainer.__init__`` calls ``resolve_lightning`` once, with its ``TrainerConfig``; the frozen
+``LightningChoices`` it returns is all the Trainer keeps of them. Every keyword here works or fails at
+construction:
 
 - ``logger``: ``None`` (Ember's default trackers), ``True`` (Lightning's default logger: TensorBoard when
   installed, else CSV, under ``default_root_dir``), ``False`` (no logging), a ``trainer.loggers.Logger``, an
   Ember ``GeneralTracker``, or a list of those. Loggers hand their tracker to the engine (one logging path).
 - ``default_root_dir``: Ember's ``project_dir``.
-- ``strategy`` / ``devices`` / ``num_nodes`` / ``accelerator``: see ``trainer.strategies`` and ``trainer.launching``.
+- ``strategy`` / ``devices`` / ``num_nodes`` / ``accelerator``: see ``trainer.strategies`` and
+  ``trainer.compat.launching``.
 - ``benchmark``: ``torch.backends.cudnn.benchmark`` (``None``: unchanged, or off with ``deterministic``).
 - ``inference_mode``: evaluation under ``torch.inference_mode()`` (default) or ``torch.no_grad()``.
 - ``sync_batchnorm``: BatchNorm layers become ``SyncBatchNorm`` when several processes train.
-- ``barebones``: no logging, checkpointing, progress bar, model summary or sanity check (conflicting keywords
-  raise, as in Lightning).
+- ``barebones``: no logging (here), checkpointing, progress bar, model summary or sanity check (in
+  ``TrainerConfig``; conflicting keywords raise, as in Lightning).
 - ``enable_autolog_hparams``: send the module's / data module's hyperparameters to the loggers.
 - ``plugins``, ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
   ``use_distributed_sampler=False`` with several processes: refused with what to do instead.
@@ -29,59 +32,31 @@ import torch
 
 from callbacks import Callback, ModelCheckpoint
 from trackers import GeneralTracker
-from trainer.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
+from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import TrackerLogger
 from trainer.strategies import resolve_strategy
 
-__all__ = ["LIGHTNING", "LightningChoices", "accepts_model", "launch_and_exit", "resolve_lightning"]
-
-# The Trainer keywords resolved here (``Trainer.__init__`` passes exactly these).
-LIGHTNING = ("accelerator", "strategy", "devices", "num_nodes", "logger", "log_with", "default_root_dir",
-             "project_dir", "benchmark", "deterministic", "inference_mode", "sync_batchnorm", "barebones", "profiler",
-             "plugins", "model_registry", "reload_dataloaders_every_n_epochs", "use_distributed_sampler",
-             "enable_autolog_hparams", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
-             "num_sanity_val_steps", "detect_anomaly")
+__all__ = ["LightningChoices", "accepts_model", "launch_and_exit", "logger_views", "resolve_lightning"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
+@dataclass(frozen=True)
 class LightningChoices:
-    """What the Lightning-only keywords decided (read by the Trainer and its set-up)."""
+    """What the Lightning-only keywords decided, once, when the Trainer was built."""
 
     log_with: Any
     project_dir: Any
-    switches: tuple[bool, bool, bool, int]  # enable_checkpointing / _progress_bar / _model_summary, sanity steps
-    loggers: list[Logger] = field(default_factory=list)
+    loggers: tuple[Logger, ...] = ()
     accelerator_kwargs: dict[str, Any] = field(default_factory=dict)
     strategy_kind: str = "ddp"
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
-    inference_mode: bool = True
-    sync_batchnorm: bool = False
-    autolog_hparams: bool = True
-    barebones: bool = False
-    accelerator: Any = None  # set by the Trainer once built, for the logger views of named trackers
 
-    @property
-    def logger_views(self) -> list[Logger]:
-        """``trainer.loggers``: the given loggers, or views of the trackers ``log_with`` started."""
-        if self.loggers:
-            return list(self.loggers)
-        trackers = self.accelerator.trackers if self.accelerator is not None else []
-        return [TrackerLogger(tracker) for tracker in trackers]
-
-    @property
-    def logger(self) -> Logger | None:
-        """``trainer.logger``: the first of ``logger_views`` (``None`` without one)."""
-        views = self.logger_views
-        return views[0] if views else None
-
-    def default_checkpoint(self, config: Any, callbacks: Any, accelerator: Any) -> Callback | None:
+    def default_checkpoint(self, config: Any, accelerator: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
         and none was given; in ``{logger.log_dir}/checkpoints`` with a file logger, else Ember's default folder."""
-        self.accelerator = accelerator
-        given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+        given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
         if not config.enable_checkpointing or config.fast_dev_run or any(
                 isinstance(c, ModelCheckpoint) for c in given):
             return None
@@ -97,10 +72,18 @@ class LightningChoices:
         if self.processes > 1:
             launch_and_exit(self.processes, self.cpu, precision, self.strategy_kind == "fsdp")
 
-    def convert_module(self, module: torch.nn.Module, world_size: int) -> None:
-        """``sync_batchnorm``: BatchNorm layers become ``SyncBatchNorm`` (in place) when several processes train."""
-        if self.sync_batchnorm and world_size > 1:
-            torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+
+def logger_views(loggers: tuple[Logger, ...], trackers: list[Any]) -> list[Logger]:
+    """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started."""
+    if loggers:
+        return list(loggers)
+    return [TrackerLogger(tracker) for tracker in trackers]
+
+
+def convert_module(config: Any, module: torch.nn.Module, world_size: int) -> None:
+    """``sync_batchnorm``: BatchNorm layers become ``SyncBatchNorm`` (in place) when several processes train."""
+    if config.sync_batchnorm and world_size > 1:
+        torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
 
 def accepts_model(method: F) -> F:
@@ -118,32 +101,14 @@ def accepts_model(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-_SWITCHES = ("enable_checkpointing", "enable_progress_bar", "enable_model_summary", "num_sanity_val_steps")
-
-
-def resolve_lightning(keywords: dict[str, Any], unset: Any) -> LightningChoices:
-    """Check the Trainer keywords named in ``LIGHTNING`` and decide what Ember does for each."""
-    missing = [name for name in LIGHTNING if name not in keywords]
-    assert not missing, missing  # the Trainer passes every one of them
-    return _resolve(unset=unset, **keywords)
-
-
-def _resolve(*, accelerator: Any, devices: Any, num_nodes: Any, logger: Any, log_with: Any, default_root_dir: Any,
-             project_dir: Any, strategy: Any, benchmark: Any, deterministic: bool, inference_mode: Any,
-             sync_batchnorm: Any, barebones: Any, profiler: Any, plugins: Any, model_registry: Any,
-             reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, enable_autolog_hparams: Any,
-             enable_checkpointing: Any, enable_progress_bar: Any, enable_model_summary: Any,
-             num_sanity_val_steps: Any, detect_anomaly: Any, unset: Any) -> LightningChoices:
-    given = {"enable_checkpointing": enable_checkpointing, "enable_progress_bar": enable_progress_bar,
-             "enable_model_summary": enable_model_summary, "num_sanity_val_steps": num_sanity_val_steps,
-             "detect_anomaly": detect_anomaly}
-    check_accelerator(accelerator)
-    _refuse_unsupported(profiler, plugins, model_registry, reload_dataloaders_every_n_epochs)
-    for name, value in (("inference_mode", inference_mode), ("sync_batchnorm", sync_batchnorm),
-                        ("barebones", barebones), ("use_distributed_sampler", use_distributed_sampler),
-                        ("enable_autolog_hparams", enable_autolog_hparams)):
-        if not isinstance(value, bool):
-            raise TypeError(f"Trainer({name}=...) must be True or False. Received: {value!r}.")
+def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
+    """Check the Lightning-only keywords of ``config`` (a ``TrainerConfig``) and decide what Ember does for each."""
+    check_accelerator(config.accelerator)
+    _refuse_unsupported(config.plugins, config.model_registry, config.reload_dataloaders_every_n_epochs)
+    for name in ("inference_mode", "sync_batchnorm", "barebones", "use_distributed_sampler", "enable_autolog_hparams"):
+        if not isinstance(getattr(config, name), bool):
+            raise TypeError(f"Trainer({name}=...) must be True or False. Received: {getattr(config, name)!r}.")
+    benchmark, deterministic = config.benchmark, config.deterministic
     if benchmark is not None and not isinstance(benchmark, bool):
         raise TypeError(f"Trainer(benchmark=...) must be True, False or None. Received: {benchmark!r}.")
     if benchmark and deterministic:
@@ -151,34 +116,24 @@ def _resolve(*, accelerator: Any, devices: Any, num_nodes: Any, logger: Any, log
                          "picks non-deterministic kernels. Drop one of them.")
     if benchmark is not None or deterministic:
         torch.backends.cudnn.benchmark = bool(benchmark)  # Lightning: deterministic turns benchmarking off
-    project_dir = _root_dir(default_root_dir, project_dir, unset)
-    overrides = _barebones(given, logger) if barebones else {}
-    if barebones:
-        logger = False
-    log_with, loggers = _loggers(logger, log_with, project_dir, unset)
-    kind, accelerator_kwargs = resolve_strategy(strategy)
-    processes = processes_to_start(parse_devices(devices, accelerator), num_nodes)
-    if not use_distributed_sampler and max(_world_size(), processes) > 1:
+    project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
+    log_with, loggers = _loggers(False if config.barebones else config.logger, config.log_with, project_dir, unset)
+    kind, accelerator_kwargs = resolve_strategy(config.strategy)
+    processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
+    if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
                          "always shards each loader across the processes (every sample seen once, promise 8). "
                          "Leave it True, and shard the dataset yourself only for a custom IterableDataset.")
-    cpu = accelerator == "cpu" or not torch.cuda.is_available()
-    if sync_batchnorm and cpu and max(_world_size(), processes) > 1:
+    cpu = config.accelerator == "cpu" or not torch.cuda.is_available()
+    if config.sync_batchnorm and cpu and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(sync_batchnorm=True) on the CPU with several processes cannot work: torch's "
                          "SyncBatchNorm runs on GPUs only. Leave sync_batchnorm=False on the CPU (each process then "
                          "normalises with its own batch statistics).")
-    # None is Lightning's "default" for these (True, True, True, 2).
-    switches = tuple(overrides.get(name, (True if name != "num_sanity_val_steps" else 2) if given[name] is None
-                                   else given[name]) for name in _SWITCHES)
-    return LightningChoices(log_with=log_with, project_dir=project_dir, switches=switches,  # type: ignore[arg-type]
-                            loggers=loggers, accelerator_kwargs=accelerator_kwargs, strategy_kind=kind,
-                            processes=processes, cpu=cpu, inference_mode=inference_mode,
-                            sync_batchnorm=sync_batchnorm, autolog_hparams=enable_autolog_hparams,
-                            barebones=barebones)
+    return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
+                            accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, processes=processes, cpu=cpu)
 
 
-def _refuse_unsupported(profiler: Any, plugins: Any, model_registry: Any, reload_every: Any) -> None:
-    del profiler  # resolved by the Trainer (trainer.profiling)
+def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) -> None:
     if plugins:
         raise ValueError(f"Trainer(plugins={plugins!r}) is not supported: precision is set with precision= "
                          "(e.g. 'bf16-mixed'), cluster environments are read from the launcher's variables, and "
@@ -204,22 +159,6 @@ def _root_dir(default_root_dir: Any, project_dir: Any, unset: Any) -> Any:
         raise ValueError(f"Trainer(default_root_dir={root!r}, project_dir={project_dir!r}) name two folders for one "
                          "run: pass only one (they are the same setting).")
     return root
-
-
-def _barebones(given: dict[str, Any], logger: Any) -> dict[str, Any]:
-    """Lightning's barebones: these features off; asking for one of them as well is an error."""
-    off = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-           "num_sanity_val_steps": 0, "log_every_n_steps": None}
-    conflicts = {k: v for k, v in given.items() if k in off and v not in (None, False, 0) and v is not off[k]}
-    if logger not in (None, False):
-        conflicts["logger"] = logger
-    if given.get("detect_anomaly"):
-        conflicts["detect_anomaly"] = True
-    if conflicts:
-        name, value = next(iter(conflicts.items()))
-        raise ValueError(f"Trainer(barebones=True, {name}={value!r}) was passed: barebones turns {name} off. "
-                         f"Remove {name}=, or barebones=True.")
-    return {k: v for k, v in off.items() if k != "log_every_n_steps"}
 
 
 def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[Any, list[Logger]]:

@@ -13,18 +13,17 @@ keeps ``[8, 9]``: ``[[0..3], [4..7], [8, 9]]``, what one process with batch size
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from engine import Accelerator, gather_object
+from engine.operations import first_samples, sample_count
 
 
 def gather_step(accelerator: Accelerator, prediction: Any) -> list[Any]:
     """This step's prediction from every process, in rank order, without the last round's padding.
 
     Example:
+        >>> import torch
         >>> from engine import Accelerator
         >>> gather_step(Accelerator(cpu=True), torch.arange(3))
         [tensor([0, 1, 2])]
@@ -44,6 +43,7 @@ def keep_samples(predictions: list[Any], keep: int) -> list[Any]:
     Outputs whose sample count is unknown (``None``, a plain number) are kept whole.
 
     Example:
+        >>> import torch
         >>> keep_samples([torch.arange(4), torch.arange(4, 8)], 5)
         [tensor([0, 1, 2, 3]), tensor([4])]
     """
@@ -53,34 +53,6 @@ def keep_samples(predictions: list[Any], keep: int) -> list[Any]:
         if count is None:
             kept.append(prediction)
         elif keep > 0:
-            kept.append(prediction if count <= keep else take(prediction, keep))
+            kept.append(prediction if count <= keep else first_samples(prediction, keep))
             keep -= min(count, keep)
     return kept
-
-
-def sample_count(prediction: Any) -> int | None:
-    """Samples in one batch's output: dim 0 of its first tensor, or the length of a list of plain values."""
-    if isinstance(prediction, torch.Tensor):
-        return int(prediction.shape[0]) if prediction.ndim else None
-    if isinstance(prediction, Mapping):
-        counts = (sample_count(v) for v in prediction.values())
-        return next((c for c in counts if c is not None), None)
-    if isinstance(prediction, (list, tuple)):
-        if any(isinstance(v, (torch.Tensor, Mapping)) for v in prediction):
-            counts = (sample_count(v) for v in prediction)
-            return next((c for c in counts if c is not None), None)
-        return len(prediction)
-    return None
-
-
-def take(prediction: Any, count: int) -> Any:
-    """The first ``count`` samples of one batch's output (the same structure, every batch-sized part cut)."""
-    if isinstance(prediction, torch.Tensor):
-        return prediction[:count] if prediction.ndim else prediction
-    if isinstance(prediction, Mapping):
-        return type(prediction)({k: take(v, count) for k, v in prediction.items()})  # type: ignore[call-arg]
-    if isinstance(prediction, (list, tuple)):
-        if any(isinstance(v, (torch.Tensor, Mapping)) for v in prediction):
-            return type(prediction)(take(v, count) for v in prediction)
-        return prediction[:count]
-    return prediction

@@ -11,13 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from callbacks.base import HOOK_NAMES, Callback
-from callbacks.checkpoint import ModelCheckpoint
-from callbacks.early_stopping import EarlyStopping
 
-_MONITORING = (ModelCheckpoint, EarlyStopping)
-
-# Lightning 2.6's order at the epoch ends: callbacks, then the module; at the training epoch's end the
-# monitoring callbacks (ModelCheckpoint, EarlyStopping) come after the module, so they see what it logged there.
+# Lightning 2.6's order at the epoch ends: callbacks, then the module; at the training epoch's end a callback that
+# declares ``epoch_end_after_module`` (ModelCheckpoint, EarlyStopping) comes after the module, so it sees what the
+# module logged there.
 EPOCH_END_HOOKS = frozenset({"on_train_epoch_end", "on_validation_epoch_end", "on_test_epoch_end",
                              "on_predict_epoch_end"})
 
@@ -74,11 +71,11 @@ class HookTable:
         module_hook = self._module[name]
         return None if module_hook is None else module_hook(*args)
 
-    def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None) -> None:
-        """The callbacks' ``name`` hook; ``monitoring`` True / False: only (or all but) ModelCheckpoint and
-        EarlyStopping, Lightning's "monitoring callbacks"."""
+    def call_callbacks(self, name: str, *args: Any, after_module: bool | None = None) -> None:
+        """The callbacks' ``name`` hook; ``after_module`` True / False: only the callbacks whose
+        ``epoch_end_after_module`` is True / False (``None``: all)."""
         for hook in self._callbacks[name]:
-            if monitoring is None or isinstance(hook.func.__self__, _MONITORING) == monitoring:  # type: ignore[attr-defined]
+            if after_module is None or hook.func.__self__.epoch_end_after_module == after_module:  # type: ignore[attr-defined]
                 hook(*args)
 
     def has(self, name: str) -> bool:

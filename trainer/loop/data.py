@@ -9,7 +9,7 @@ from typing import Any
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from trainer.datamodule import DataModule
-from trainer.hooks import overrides
+from trainer.loop.hooks import overrides
 from trainer.module import TrainModule
 
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import Accelerator
-from trainer.metrics import to_python
+from trainer.metrics.logger import to_python
 from trainer.state import TrainState
 
 
@@ -43,6 +43,15 @@ class TrackerLink:
             payload = to_python(values)
             payload.setdefault("epoch", self.state.epoch)
             self.accelerator.log(payload, step=self.state.global_step if step is None else step)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trackers' run identities, for a checkpoint (a resumed run reopens the same runs)."""
+        return self.accelerator.tracker_state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Reopen the runs ``state`` names when the trackers start; a second fit keeps the runs already open."""
+        if not self.started:
+            self.accelerator.load_tracker_state_dict(state)
 
     def finish(self) -> None:
         if self.started and not self.finished:

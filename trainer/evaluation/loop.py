@@ -8,14 +8,14 @@ from typing import Any
 import torch
 
 from engine import Accelerator
-from trainer.exact_eval import drop_padding
-from trainer.hooks import HookTable
-from trainer.metrics import MetricLogger, to_python
-from trainer.plan import RunPlan, batches
-from trainer.predict import gather_step
+from trainer.evaluation.exact import drop_padding
+from trainer.evaluation.predict import gather_step
+from trainer.loop.hooks import HookTable
+from trainer.loop.plan import RunPlan, batches
+from trainer.metrics.logger import MetricLogger, to_python
+from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
-from trainer.tracking import TrackerLink
 from trainer.utilities.seed import isolate_rng
 
 
@@ -116,7 +116,7 @@ class EvaluationLoop:
 
     def epoch_end(self, hook: str, hooks: HookTable, log: bool = True) -> dict[str, Any]:
         """Epoch metrics, then Lightning 2.6's order: the callbacks' epoch-end hook, then the module's (at the
-        training epoch's end: other callbacks, the module, then ModelCheckpoint / EarlyStopping); the trackers.
+        training epoch's end: the callbacks, the module, then those declaring ``epoch_end_after_module``); the trackers.
 
         The metrics are computed before each hook call (only what was logged since, after the first), so every
         hook reads up-to-date values in ``trainer.callback_metrics``.
@@ -124,12 +124,12 @@ class EvaluationLoop:
         metrics = self.metrics
         results = metrics.end_epoch()
         training = hook == "on_train_epoch_end"
-        hooks.call_callbacks(hook, monitoring=False if training else None)
+        hooks.call_callbacks(hook, after_module=False if training else None)
         results.update(metrics.end_epoch())
         hooks.call_module(hook)
         results.update(metrics.end_epoch())
         if training:
-            hooks.call_callbacks(hook, monitoring=True)
+            hooks.call_callbacks(hook, after_module=True)
             results.update(metrics.end_epoch())
         metrics.reset_metric_objects()  # torchmetrics Metrics: reset after every epoch-end hook could read them
         if log:

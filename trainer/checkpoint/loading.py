@@ -14,36 +14,30 @@ from typing import Any
 import torch
 
 from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch
-from trainer.checkpoint_format import FORMAT
-from trainer.hparams_io import decode_hparams
+from engine.checkpoint_io import CheckpointError, load_torch
+from engine.checkpoint_state import custom_name, read_model_weights
+from trainer.checkpoint.format import FORMAT
+from trainer.checkpoint.hparams_io import decode_hparams
 
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
-
-def read_checkpoint(path: str | os.PathLike[str], unpickle: bool) -> tuple[dict[str, Any] | None, str | None]:
-    """``(trainer entry or None, model weights file or None)`` of the checkpoint folder ``path``."""
+def read_entry(path: str | os.PathLike[str], unpickle: bool) -> dict[str, Any] | None:
+    """The trainer's entry of the checkpoint folder ``path`` (None for a weights-only ``save_model`` folder)."""
     folder = os.fspath(path)
     if not os.path.isdir(folder):
         hint = " Ember checkpoints are folders, not .ckpt files." if folder.endswith(".ckpt") else ""
         raise FileNotFoundError(f"load_from_checkpoint({folder!r}): no such checkpoint folder.{hint} Pass a folder "
                                 "written by ModelCheckpoint or trainer.save_checkpoint.")
     manifest = folders.read_manifest(folder)
-    if manifest is None:  # a weights-only folder (save_model): no manifest, no trainer entry
-        weights = next((n for n in _WEIGHT_FILES if os.path.exists(os.path.join(folder, n))), None)
-        return None, None if weights is None else os.path.join(folder, weights)
+    if manifest is None:
+        return None
     folders.check_sizes(folder, manifest)
-    entry = None
-    for name in sorted(manifest["files"]):
-        if name.startswith("custom_checkpoint_") and name.endswith(".pkl"):
-            candidate = load_torch(os.path.join(folder, name), allow_unsafe_pickle=unpickle)
-            if isinstance(candidate, dict) and candidate.get("format") == FORMAT:
-                entry = candidate
-                break
-    weights = next((n for n in _WEIGHT_FILES if n in manifest["files"]), None)
-    if weights is not None:
-        folders.check_file(folder, weights, manifest["files"][weights])()
-    return entry, None if weights is None else os.path.join(folder, weights)
+    index = 0
+    while custom_name(index) in manifest["files"]:
+        candidate = load_torch(os.path.join(folder, custom_name(index)), allow_unsafe_pickle=unpickle)
+        if isinstance(candidate, dict) and candidate.get("format") == FORMAT:
+            return candidate
+        index += 1
+    return None
 
 
 def build(cls: type, encoded: dict[str, Any], overrides: dict[str, Any], unpickle: bool) -> Any:
@@ -58,24 +52,17 @@ def build(cls: type, encoded: dict[str, Any], overrides: dict[str, Any], unpickl
 def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hparams_file: Any, strict: bool | None,
                 weights_only: bool | None, overrides: dict[str, Any]) -> Any:
     """What ``TrainModule.load_from_checkpoint`` does (see there)."""
-    from trainer.hooks import overrides as is_overridden
-    from trainer.module import TrainModule
-
     unpickle = weights_only is False
-    entry, weights_file = read_checkpoint(path, unpickle)
-    if weights_file is None:
+    entry = read_entry(path, unpickle)
+    state_dict = read_model_weights(os.fspath(path), allow_unsafe_pickle=unpickle)
+    if state_dict is None:
         raise CheckpointError(f"{os.fspath(path)} holds no full model weights (model.safetensors): a sharded FSDP "
                               "checkpoint is loaded by trainer.fit(ckpt_path=...).")
     encoded = (entry or {}).get("hyper_parameters", {}).get("module", {})
     if hparams_file is not None:
         encoded = read_hparams_file(hparams_file)
     module = build(cls, encoded, overrides, unpickle)
-    if is_overridden(module, TrainModule, "configure_model"):
-        module.configure_model()
-    if weights_file.endswith(".safetensors"):
-        state_dict = load_safetensors(weights_file)
-    else:
-        state_dict = load_torch(weights_file, allow_unsafe_pickle=unpickle)
+    module.configure_model()  # layers built late exist before the weights are loaded (a no-op by default)
     checkpoint = dict((entry or {}).get("checkpoint", {}))
     checkpoint.update(state_dict=state_dict, hyper_parameters=dict(module.hparams))
     module.on_load_checkpoint(checkpoint)
@@ -88,7 +75,7 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
                     overrides: dict[str, Any]) -> Any:
     """What ``DataModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
-    entry, _ = read_checkpoint(path, unpickle)
+    entry = read_entry(path, unpickle)
     if entry is None:
         raise CheckpointError(f"{os.fspath(path)} is a weights-only folder: it holds no data module "
                               "hyper-parameters. Load a checkpoint written by ModelCheckpoint or "

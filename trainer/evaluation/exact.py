@@ -10,18 +10,17 @@ the same forwards) but what it logs counts for nothing (``MetricLogger.new_batch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import torch
-
-from trainer.metrics import batch_size
+from engine.operations import first_samples
+from trainer.metrics.logger import batch_size
 
 
 def drop_padding(loader: Any, batch_idx: int, batch: Any) -> tuple[Any, bool]:
     """``(batch without its repeated samples, whether it held only repeats)``.
 
     Example:
+        >>> import torch
         >>> class Loader:
         ...     def unpadded_size(self, batch_number):
         ...         return 1 if batch_number == 3 else None
@@ -37,19 +36,4 @@ def drop_padding(loader: Any, batch_idx: int, batch: Any) -> tuple[Any, bool]:
         return batch, False
     if real == 0:
         return batch, True
-    return _trim(batch, batch_size(batch), real), False
-
-
-def _trim(data: Any, size: int, keep: int) -> Any:
-    """The first ``keep`` samples of every per-sample part of a collated batch (dim 0 of length ``size``)."""
-    if isinstance(data, torch.Tensor):
-        return data[:keep] if data.ndim and data.shape[0] == size else data
-    if isinstance(data, Mapping):
-        return type(data)({k: _trim(v, size, keep) for k, v in data.items()})  # type: ignore[call-arg]
-    if isinstance(data, (list, tuple)):
-        if len(data) == size and data and not any(isinstance(item, (torch.Tensor, Mapping, list, tuple))
-                                                  for item in data):
-            return type(data)(data[:keep]) if not hasattr(data, "_fields") else data  # a list of strings, ids...
-        items = [_trim(item, size, keep) for item in data]
-        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)
-    return data
+    return first_samples(batch, real, size=batch_size(batch)), False

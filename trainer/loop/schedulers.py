@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from trainer.metrics import MetricLogger
+from trainer.metrics.logger import MetricLogger
 from trainer.optim import SchedulerConfig
 
 

@@ -19,14 +19,15 @@ from torch.utils.data import DataLoader
 from engine import Accelerator
 from engine.optimizer import zeroes_plainly
 from trainer import args as checks
-from trainer.compiling import Compiler
 from trainer.config import TrainerConfig
-from trainer.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
-from trainer.hooks import overrides
+from trainer.loop.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
+from trainer.loop.hooks import overrides
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+from trainer.state import TrainState
+from trainer.tools.compiling import Compiler
 from trainer.utilities.seed import attach_worker_init
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -61,7 +62,7 @@ class RunPlan:
         self.module_optimizers: list[torch.optim.Optimizer] = []  # what module.optimizers() returns
         self.scheduler_configs: list[SchedulerConfig] = []
         self.automatic = True
-        self.custom_optimizer_step = self.custom_zero_grad = self.clip = False
+        self.custom_optimizer_step = self.custom_zero_grad = self.clip = self.custom_clipping = False
         self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
         self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
 
@@ -115,8 +116,10 @@ class RunPlan:
         if self.optimizers:
             self.torch_optimizer = getattr(self.optimizers[0], "optimizer", self.optimizers[0])
             self.plain_zero_grad = zeroes_plainly(self.torch_optimizer)
-        self.clip = config.gradient_clip_val is not None or overrides(module, TrainModule,
-                                                                      "configure_gradient_clipping")
+        # Without an override the trainer clips by itself (engine call, no detour through the module).
+        self.custom_clipping = any(overrides(module, TrainModule, name)
+                                   for name in ("configure_gradient_clipping", "clip_gradients"))
+        self.clip = config.gradient_clip_val is not None or self.custom_clipping
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
         self.val_loaders = [self.accelerator.prepare(loader) for loader in val]
@@ -214,6 +217,29 @@ class RunPlan:
         steps = -(-per_epoch // config.accumulate_grad_batches) * epochs
         return min(steps, max_steps) if max_steps is not None else steps
 
+    def line_up_loaders(self, state: TrainState) -> None:
+        """After a resume, bring the restored loaders to where ``state`` says the run is.
+
+        A checkpoint is taken at a boundary, when the loop may not have asked the loader for its end yet: the
+        last batch was handed out, or a limited epoch stopped reading early. The training loader's pass is then
+        finished here without fetching a batch (its sampler state moves past the epoch, as in the run that saved
+        it). Validation passes never span a checkpoint, so a restored one starts from its first batch.
+        """
+        loader, count = self.train_loader, self.num_training_batches
+        position = loader.state_dict() if callable(getattr(loader, "state_dict", None)) else None
+        if position is not None and position["batches_yielded"] > 0:
+            done = position["iteration"] < state.epoch or (count is not None and state.batch_in_epoch >= count)
+            length = loader_length(loader)  # an unsized loader always ran to its end: nothing to finish
+            if done and length is not None:
+                loader.load_state_dict({**position, "batches_yielded": length})  # type: ignore[union-attr]
+                for _ in loader:  # type: ignore[union-attr]
+                    raise AssertionError("a loader restored at its end yielded a batch")
+        for val_loader in self.val_loaders:
+            if callable(getattr(val_loader, "state_dict", None)):
+                position = val_loader.state_dict()  # type: ignore[attr-defined]
+                if position["batches_yielded"]:
+                    val_loader.load_state_dict({**position, "batches_yielded": 0})  # type: ignore[attr-defined]
+
     def syncs(self, batch_idx: int, factor: int) -> bool:
         """Whether training batch ``batch_idx`` closes an accumulation window of ``factor`` batches.
 
@@ -235,7 +261,7 @@ def batches(loader: Any, count: int | None, start: int = 0) -> Iterator[tuple[in
         return iter(())
     it = iter(loader)
     # All of a loader is read to its end (not cut by islice), so its pass finishes and the position it saves at
-    # an epoch end is "this epoch done" (see Checkpointer.line_up_loaders for limited epochs).
+    # an epoch end is "this epoch done" (see RunPlan.line_up_loaders for limited epochs).
     if count is None or count == loader_length(loader):
         return enumerate(it, start)
     return enumerate(islice(it, count - start), start)

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from trainer.compiling import unwrap_compiled
 from trainer.errors import MisconfigurationError
-from trainer.hooks import overrides
+from trainer.loop.hooks import overrides
+from trainer.loop.run import check_module
 from trainer.module import TrainModule
-from trainer.setup import check_module
+from trainer.tools.compiling import unwrap_compiled
 
 
 def check_trainable(module: Any, accumulate: int | None, clip: float | None, on_nonfinite_loss: str) -> None:

@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,6 +26,23 @@ _LOGGING_STAGES = ("train", "validate", "test", "sanity_check")
 _EXACT_STAGES = {"validate", "test", "sanity_check"}
 # What a batch made only of padding repeats adds to an epoch aggregate: nothing.
 _NEUTRAL = {"mean": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
+
+
+class LogOptions(NamedTuple):
+    """How one ``self.log`` call records its value (see ``TrainModule.log`` for each option's meaning)."""
+
+    prog_bar: bool = False
+    logger: bool = True
+    on_step: bool | None = None
+    on_epoch: bool | None = None
+    reduce_fx: ReduceFx = "mean"
+    sync_dist: bool | None = None
+    batch_size: int | None = None
+    enable_graph: bool = False
+    add_dataloader_idx: bool = True
+
+
+DEFAULT_OPTIONS = LogOptions()
 
 
 @dataclass(eq=False)
@@ -159,10 +176,10 @@ class MetricLogger:
         self._default_on_step, self._default_on_epoch = per_step, not per_step
 
     # -- the module's log -------------------------------------------------------------------------------------
-    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
-            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool | None = None,
-            batch_size: int | None = None, enable_graph: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record ``value`` under ``name``; see ``TrainModule.log`` for the meaning of each option."""
+    def log(self, name: str, value: Any, options: LogOptions = DEFAULT_OPTIONS) -> None:
+        """Record ``value`` under ``name`` as ``options`` say (``TrainModule.log`` builds them)."""
+        prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, enable_graph, add_dataloader_idx = \
+            options
         if on_step is None:
             on_step = self._default_on_step
         if on_epoch is None:

@@ -1,0 +1,70 @@
+"""What the Trainer builds from its config: the ``Accelerator`` and the callback list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from callbacks import Callback, ModelSummary, ProgressBar
+from engine import Accelerator
+from trainer.compat.keywords import LightningChoices
+from trainer.config import UNSET, TrainerConfig
+from trainer.utilities.rank_zero import rank_zero_only
+
+
+def build_accelerator(config: TrainerConfig, lightning: LightningChoices) -> Accelerator:
+    """The given ``Accelerator`` (checked against the keywords) or a new one for ``"auto"`` / ``"cpu"`` / ``"gpu"``.
+
+    ``lightning`` gives the trackers, the project folder and the strategy's engine settings.
+    """
+    accelerator, precision, fast_dev_run = config.accelerator, config.mixed_precision, config.fast_dev_run
+    lightning.launch_if_asked(precision)  # `python train.py` with devices > 1: run it in N processes, exit
+    log_with, project_dir, extra = lightning.log_with, lightning.project_dir, lightning.accelerator_kwargs
+    if isinstance(accelerator, Accelerator):
+        given = {k: v for k, v in (("log_with", log_with), ("project_dir", project_dir)) if v is not UNSET}
+        if extra:
+            given["strategy"] = "(options)"
+        if given:
+            raise ValueError(f"Trainer(accelerator=<Accelerator>) was given together with {sorted(given)}: set "
+                             "them on the Accelerator you pass.")
+        if precision is not None and precision != accelerator.mixed_precision:
+            raise ValueError(f"Trainer asks for mixed precision {precision!r} but the given Accelerator uses "
+                             f"{accelerator.mixed_precision!r}: set it on the Accelerator only.")
+    elif accelerator not in (None, "auto", "cpu", "gpu", "cuda"):
+        raise ValueError(f"Trainer(accelerator=...) takes an engine.Accelerator or 'auto' / 'cpu' / 'gpu'. "
+                         f"Received: {accelerator!r}.")
+    else:
+        log_with = "csv" if log_with is UNSET else log_with
+        project_dir = "runs" if project_dir is UNSET else project_dir
+        accelerator = Accelerator(cpu=accelerator == "cpu", mixed_precision=precision,
+                                  log_with=None if fast_dev_run else log_with, project_dir=project_dir, **extra)
+    if accelerator.gradient_accumulation_steps != 1:
+        # The trainer decides every accumulation window itself (see Trainer._train_step); a second factor in the
+        # engine would divide each loss again.
+        raise ValueError(f"The Accelerator accumulates gradients over {accelerator.gradient_accumulation_steps} "
+                         "steps (gradient_accumulation_steps or ACCELERATE_GRADIENT_ACCUMULATION_STEPS), but the "
+                         "Trainer owns accumulation: build the Accelerator with gradient_accumulation_steps=1 and "
+                         f"pass Trainer(accumulate_grad_batches={accelerator.gradient_accumulation_steps}).")
+    rank_zero_only.rank = accelerator.process_index  # type: ignore[attr-defined]  # Lightning's rank_zero_* helpers
+    return accelerator
+
+
+def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
+                    default_checkpoint: Callback | None = None) -> list[Callback]:
+    """The given callbacks plus the built-in ``ModelSummary`` (first) and ``ProgressBar`` (last) when enabled,
+    and ``default_checkpoint`` (Lightning's default ``ModelCheckpoint``) before the bar."""
+    given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+    for callback in given:
+        if not isinstance(callback, Callback):
+            raise TypeError(f"Trainer(callbacks=...) takes Callback instances. Received: {callback!r} "
+                            f"({type(callback).__name__}).")
+    has_bar = any(isinstance(c, ProgressBar) for c in given)
+    if has_bar and not progress_bar:
+        raise ValueError("Trainer(enable_progress_bar=False) but callbacks holds a ProgressBar: remove one.")
+    result = list(given)
+    if model_summary and not any(isinstance(c, ModelSummary) for c in given):
+        result.insert(0, ModelSummary())
+    if default_checkpoint is not None:
+        result.append(default_checkpoint)
+    if progress_bar and not has_bar:
+        result.append(ProgressBar())  # last, so it shows what the other callbacks logged
+    return result

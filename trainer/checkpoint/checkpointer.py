@@ -1,0 +1,154 @@
+"""`Checkpointer`: writes the trainer's checkpoints, at boundaries inside ``fit`` and at once outside it.
+
+Inside ``fit``, checkpoints are written only at *boundaries*, points from which a run continues exactly: after
+a training batch is completely done (its optimizer step, validation, schedulers and stop decision), or after an
+epoch's end hooks and epoch schedulers, with ``TrainState`` already moved to the next epoch. A save asked for
+anywhere else in the loop (``trainer.save_checkpoint`` in a hook, ``ModelCheckpoint``) waits for the next one.
+What a checkpoint holds is the engine's state plus the trainer's entry (``trainer.checkpoint.entry``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from callbacks import ModelCheckpoint
+from engine import Accelerator
+from trainer.checkpoint.entry import TrainerEntry
+from trainer.checkpoint.resume import Resume, newest, resolve
+from trainer.profiling import Profiler, profile
+
+
+class Checkpointer:
+    """Owns the boundary queue, the writing of checkpoints and where they go (``ckpt_path`` resolution).
+
+    Args:
+        accelerator: writes the checkpoint folders (``save_state``); the entry is registered with it here.
+        entry: the trainer's part of every checkpoint.
+        before_save: called before each complete checkpoint (the trainer brings its clock up to date and makes
+            sure no non-finite loss went into the weights).
+        profiler: times each save as ``"save_checkpoint"`` when it records.
+    """
+
+    def __init__(self, accelerator: Accelerator, entry: TrainerEntry, before_save: Callable[[], None],
+                 profiler: Profiler | None = None) -> None:
+        self.accelerator = accelerator
+        self.entry = entry
+        self.before_save = before_save
+        self.profiler = profiler
+        self._queue: list[Callable[[], Any]] | None = None  # saves waiting for the next boundary, inside fit
+        self.saved_position: tuple[int, int, int] | None = None  # where the newest checkpoint of this run stands
+        accelerator.register_for_checkpointing(entry)
+
+    # -- where checkpoints go -----------------------------------------------------------------------------------
+    @property
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        """Every ``ModelCheckpoint`` in the run's callbacks, in order."""
+        return [c for c in self.entry.attached.callbacks if isinstance(c, ModelCheckpoint)]
+
+    @property
+    def default_dir(self) -> str:
+        """``{project_dir}/checkpoints``: ModelCheckpoint's default ``dirpath`` and where preemption saves go."""
+        return os.path.join(os.path.abspath(self.accelerator.project_dir or os.getcwd()), "checkpoints")
+
+    def directories(self) -> list[str]:
+        """Where ``ckpt_path="last"`` looks: the default folder, then every ModelCheckpoint's ``dirpath``."""
+        dirs = [self.default_dir] + [c.dirpath for c in self.checkpoint_callbacks if c.dirpath]
+        return list(dict.fromkeys(os.path.abspath(d) for d in dirs))
+
+    def newest(self) -> str | None:
+        """The checkpoint a ``ckpt_path="last"`` resume would start from (None: none yet)."""
+        return newest(self.directories())
+
+    def resolve(self, ckpt_path: Any, entry: str, required: bool = False) -> Resume | None:
+        """``ckpt_path`` of the trainer method ``entry`` as a ``Resume`` value (see ``trainer.checkpoint.resume``)."""
+        found = self.checkpoint_callbacks
+        return resolve(self.accelerator, ckpt_path, entry, directories=self.directories(),
+                       best_path=found[0].best_model_path if found else None,
+                       has_checkpoint_callback=bool(found), required=required)
+
+    # -- the boundary queue -------------------------------------------------------------------------------------
+    def run_at_boundary(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn`` at the next checkpoint boundary of ``fit``, or now outside it."""
+        if self._queue is None:
+            fn()
+        else:
+            self._queue.append(fn)
+
+    def flush(self, stepped: bool) -> None:
+        """Run what waits for a boundary. Under FSDP2 only after an optimizer step (the engine cannot save
+        sharded gradients mid-accumulation), so such saves wait for the end of the accumulation window."""
+        queue = self._queue
+        if not queue or (not stepped and self.accelerator.is_fsdp2):
+            return
+        self._queue = None  # saves asked for while flushing happen at once: this is the boundary
+        try:
+            while queue:
+                queue.pop(0)()
+        finally:
+            self._queue = queue
+
+    @contextlib.contextmanager
+    def boundaries(self) -> Iterator[None]:
+        """Inside the block, saves wait for a boundary; whatever still waits at its end runs then."""
+        self._queue = []
+        try:
+            yield
+        finally:
+            queue, self._queue = self._queue, None
+        for fn in queue or []:
+            fn()
+        self.accelerator.wait_for_checkpoint()  # fit ends with its last checkpoint committed (or its error)
+
+    # -- saving -------------------------------------------------------------------------------------------------
+    def save(self, filepath: Any, weights_only: bool = False, storage_options: Any = None,
+             async_save: bool = False) -> None:
+        """``trainer.save_checkpoint``: a complete checkpoint (or the weights only) at the next boundary."""
+        if storage_options is not None:
+            raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
+                             "go to a local or mounted path.")
+        path, module = str(filepath), self.entry.attached.module
+        if weights_only and module is None:
+            raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
+        if weights_only:
+            self.run_at_boundary(lambda: self.accelerator.save_model(module, path))
+        else:
+            self.run_at_boundary(lambda: self.write(path, async_save))
+
+    def write(self, path: str, async_save: bool = False) -> str:
+        """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
+        folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``)."""
+        with profile(self.profiler, "save_checkpoint"):
+            self.before_save()
+            folder = self.accelerator.save_state(path, async_save=async_save)
+        self.saved_position = self.position()
+        return folder
+
+    def position(self) -> tuple[int, int, int]:
+        """Where the run stands now: ``(epoch, batch_in_epoch, micro_step)``."""
+        state = self.entry.state
+        return state.epoch, state.batch_in_epoch, state.micro_step
+
+    def saved_here(self) -> bool:
+        """Whether the newest checkpoint of this run holds the position the run stands at now."""
+        return self.saved_position == self.position()
+
+    def save_interrupted(self, reason: str, owner: Any) -> None:
+        """Save the current boundary for a resume (preemption, max_time), unless it was just saved.
+
+        ``owner`` is what the first ModelCheckpoint's ``save_now`` receives (the trainer): the save is then its
+        last one, in its bookkeeping; without a ModelCheckpoint it goes to ``{default_dir}/{reason}``.
+        """
+        found = self.checkpoint_callbacks
+        if self.saved_here():
+            self.accelerator.wait_for_checkpoint()  # saved in the background: on disk before the process stops
+            for callback in found:
+                callback.finish_pending(owner)
+            return
+        if found:
+            self.run_at_boundary(lambda: found[0].save_now(owner, reason))
+        else:
+            self.run_at_boundary(lambda: self.write(os.path.join(self.default_dir, reason)))
+        self.flush(stepped=True)  # we are at a boundary: write it now

@@ -1,0 +1,124 @@
+"""``TrainerEntry``: the trainer's part of every engine checkpoint, as a value both ways; ``Attached``.
+
+The format of what it saves, and the rule that it holds only plain values, are in ``trainer.checkpoint.format``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from callbacks import Callback
+from engine.checkpoint_io import CheckpointError
+from trainer.checkpoint.format import FORMAT, VERSION, check_format, check_plain
+from trainer.checkpoint.hparams_io import encode_hparams
+from trainer.loop.hooks import overrides
+from trainer.metrics.logger import MetricLogger
+from trainer.metrics.tracking import TrackerLink
+from trainer.state import TrainState
+
+
+@dataclass
+class Attached:
+    """What the trainer's runs work on: the callbacks, the module and the data module (one shared record: the
+    trainer shows them as ``trainer.callbacks`` / ``module`` / ``datamodule``; the entry saves their state)."""
+
+    callbacks: list[Callback]
+    module: Any = None  # the TrainModule being (or last) run
+    datamodule: Any = None
+
+
+class TrainerEntry:
+    """The trainer's entry in engine checkpoints: built from, and restored into, the parts it is given.
+
+    The engine calls ``state_dict()`` on every process at each ``save_state`` (the checkpoint hooks run
+    everywhere; the main process writes the result) and ``load_state_dict()`` at each ``load_state``, so the
+    state travels as a value both ways.
+
+    Args:
+        state: the run's counters.
+        attached: the callbacks (their ``state_dict`` by ``state_key``), the module and data module (their
+            hyper-parameters; the data module's state; their ``on_save_checkpoint`` / ``on_load_checkpoint``).
+        metrics: ``callback_metrics`` are saved, so a resumed ``ModelCheckpoint`` / ``EarlyStopping`` compares
+            with the values it saw.
+        prepared: what the run prepared through the engine, in order (a resume must prepare the same).
+        trackers: the trackers' run identities, so a resumed run reopens the same runs.
+        owner: what callback hooks receive as their first argument (the trainer, held weakly: no cycle).
+    """
+
+    def __init__(self, state: TrainState, attached: Attached, metrics: MetricLogger, prepared: list[str],
+                 trackers: TrackerLink, owner: Any) -> None:
+        self.state = state
+        self.attached = attached
+        self.metrics = metrics
+        self.prepared = prepared
+        self.trackers = trackers
+        self._owner = weakref.ref(owner)
+
+    # -- saving -------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The entry of a checkpoint taken now; runs the ``on_save_checkpoint`` hooks (callbacks, then module)."""
+        extra: dict[str, Any] = {"epoch": self.state.epoch, "global_step": self.state.global_step}
+        self._call_hooks("on_save_checkpoint", extra)
+        metrics = {name: value.detach().cpu() if isinstance(value, torch.Tensor) else value
+                   for name, value in self.metrics.callback_metrics.items()
+                   if isinstance(value, (torch.Tensor, int, float))}
+        # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
+        hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
+                   "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
+        payload = {"format": FORMAT, "version": VERSION, "trainer": self.trainer_state(),
+                   "trackers": self.trackers.state_dict(), "checkpoint": extra, "callback_metrics": metrics,
+                   "prepared": list(self.prepared), "hyper_parameters": hparams}
+        check_plain(payload, "checkpoint")
+        return payload
+
+    def trainer_state(self) -> dict[str, Any]:
+        """``TrainState``, every callback's state (by ``state_key``), the data module's state."""
+        callbacks: dict[str, Any] = {}
+        for callback in self.attached.callbacks:
+            state = callback.state_dict()
+            if state:
+                if callback.state_key in callbacks:
+                    raise ValueError(f"Two callbacks save state under the key {callback.state_key!r}: override "
+                                     "`state_key` so each is unique (e.g. include its arguments).")
+                callbacks[callback.state_key] = state
+        datamodule = self.attached.datamodule.state_dict() if self.attached.datamodule is not None else {}
+        return {"state": self.state.state_dict(), "callbacks": callbacks, "datamodule": datamodule}
+
+    # -- loading ------------------------------------------------------------------------------------------------
+    def load_state_dict(self, payload: dict[str, Any]) -> None:
+        """Restore a checkpoint's entry into the parts: counters, callbacks, data module, trackers, metrics,
+        then the ``on_load_checkpoint`` hooks."""
+        check_format(payload)
+        if payload["prepared"] != self.prepared:
+            raise CheckpointError(
+                f"The checkpoint was saved after the trainer prepared {payload['prepared']}, but this run prepared "
+                f"{self.prepared}, so loader and model states would land on the wrong objects. Resume with the "
+                "same sequence of trainer calls as the run that saved it (e.g. the same validate() before fit()).")
+        self.load_trainer_state(payload["trainer"])
+        self.trackers.load_state_dict(payload["trackers"])
+        device = self.trackers.accelerator.device
+        self.metrics.callback_metrics.update({name: value.to(device) if isinstance(value, torch.Tensor) else value
+                                              for name, value in payload["callback_metrics"].items()})
+        self._call_hooks("on_load_checkpoint", payload["checkpoint"])
+
+    def load_trainer_state(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``trainer_state`` returned (callbacks matched by ``state_key``)."""
+        self.state.load_state_dict(state_dict["state"])
+        for callback in self.attached.callbacks:
+            if callback.state_key in state_dict["callbacks"]:
+                callback.load_state_dict(state_dict["callbacks"][callback.state_key])
+        if self.attached.datamodule is not None and state_dict.get("datamodule"):
+            self.attached.datamodule.load_state_dict(state_dict["datamodule"])
+
+    def _call_hooks(self, name: str, checkpoint: dict[str, Any]) -> None:
+        """``on_save_checkpoint`` / ``on_load_checkpoint`` on the callbacks, then the module."""
+        module = self.attached.module
+        for callback in self.attached.callbacks:
+            if overrides(callback, Callback, name):
+                getattr(callback, name)(self._owner(), module, checkpoint)
+        if module is not None:  # TrainModule's own hooks do nothing
+            getattr(module, name)(checkpoint)

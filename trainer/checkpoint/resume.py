@@ -1,0 +1,129 @@
+"""``ckpt_path`` resolved to a ``Resume`` value, and a run or a module restored from it.
+
+``"last"``: the newest committed checkpoint in ``{project_dir}/checkpoints`` and every ModelCheckpoint's
+``dirpath``; when it fails its checks (flipped bits on disk, a truncated copy), the previous committed one is
+loaded instead, with a warning naming the damaged one. ``"best"``: the first ModelCheckpoint's
+``best_model_path``. Anything else: that committed checkpoint folder, never swapped for another.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine import Accelerator, broadcast_object_list
+from engine import checkpointing as folders
+from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
+from engine.checkpoint_state import read_model_weights
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a run resumes from: ``ckpt_path`` as given, and the committed folders to try, newest first.
+
+    Only ``"last"`` has more than one candidate (the older ones it may fall back to).
+    """
+
+    ckpt_path: str
+    candidates: tuple[str, ...]
+
+    @property
+    def folder(self) -> str:
+        """The folder to load first."""
+        return self.candidates[0]
+
+
+def newest(directories: list[str]) -> str | None:
+    """The newest committed checkpoint in ``directories`` (what ``ckpt_path="last"`` loads first), or None."""
+    found = folders.committed_checkpoints(*directories, auto_named=False)
+    return found[-1][1] if found else None
+
+
+def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, entry: str, *,
+            directories: list[str], best_path: str | None, has_checkpoint_callback: bool,
+            required: bool = False) -> Resume | None:
+    """What ``ckpt_path`` names, decided on process 0 and shared; ``None``: start fresh.
+
+    Args:
+        ckpt_path: ``"last"``, ``"best"``, a checkpoint folder, or None.
+        entry: the trainer method asking (``"fit"``, ``"test"``...), for the messages.
+        directories: where ``"last"`` looks (the default folder, then every ModelCheckpoint's ``dirpath``).
+        best_path: the first ModelCheckpoint's ``best_model_path`` (``"best"``).
+        has_checkpoint_callback: whether there is a ModelCheckpoint at all (for the message about ``"best"``).
+        required: no checkpoint found is an error (evaluation), not a fresh start (``fit``).
+    """
+    if ckpt_path is None:
+        return None
+    outcome: list[Any] = [None]
+    if accelerator.is_main_process:
+        try:
+            outcome[0] = ("ok", _find(os.fspath(ckpt_path), entry, directories, best_path, has_checkpoint_callback))
+        except (ValueError, FileNotFoundError) as error:
+            outcome[0] = (type(error).__name__, str(error))
+    if accelerator.num_processes > 1:
+        broadcast_object_list(outcome)
+    kind, value = outcome[0]
+    if kind != "ok":
+        raise (FileNotFoundError if kind == "FileNotFoundError" else ValueError)(value)
+    if not value:
+        message = f"{entry}(ckpt_path={ckpt_path!r}): no committed checkpoint in {directories}"
+        if required:
+            raise FileNotFoundError(message + ".")
+        accelerator.print(message + "; starting a new run.")
+        return None
+    return Resume(os.fspath(ckpt_path), tuple(value))
+
+
+def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | None,
+          has_checkpoint_callback: bool) -> list[str]:
+    """The folder to load first, then (for ``"last"``) the older committed ones to fall back to."""
+    if ckpt_path == "last":
+        return [path for _, path in reversed(folders.committed_checkpoints(*directories, auto_named=False))]
+    if ckpt_path == "best":
+        if not best_path:
+            raise ValueError(f"{entry}(ckpt_path='best') needs a ModelCheckpoint that has saved a checkpoint; "
+                             f"{'it has saved none yet' if has_checkpoint_callback else 'there is none'}. Pass a "
+                             "path or 'last'.")
+        return [best_path]
+    folder = os.path.abspath(ckpt_path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder ({folder}). Pass "
+                                "a folder written by trainer.save_checkpoint / ModelCheckpoint, 'last' for the "
+                                "newest one in the project, or None to start fresh.")
+    if not folders.is_committed(folder):
+        raise ValueError(f"{entry}(ckpt_path={ckpt_path!r}) is not a committed checkpoint: it has no valid "
+                         f"{folders.MANIFEST_NAME} (an interrupted save, or not written by Ember).")
+    return [folder]
+
+
+def restore(accelerator: Accelerator, resume: Resume, entry: str) -> str:
+    """``accelerator.load_state`` the first candidate of ``resume`` that verifies; returns the folder loaded.
+
+    Everything registered with the engine is restored by it, the trainer's own entry included. A damaged
+    explicit path raises at once, saying what to do instead.
+    """
+    if resume.ckpt_path == "last":
+        return folders.load_first_intact(
+            accelerator.load_state, resume.candidates, context=f"{entry}(ckpt_path='last')",
+            warn=accelerator.is_main_process,
+            advice="To start a new run, pass ckpt_path=None (or move these folders out of the checkpoint "
+                   "directory); the damaged folders are left in place for inspection.")
+    try:
+        accelerator.load_state(resume.folder)
+    except CorruptCheckpointError as error:
+        raise CorruptCheckpointError(
+            f"{entry}(ckpt_path={resume.ckpt_path!r}): {error} Pass ckpt_path='last' to resume from the newest "
+            "checkpoint that verifies, another checkpoint folder, or ckpt_path=None to start fresh.") from error
+    return resume.folder
+
+
+def load_weights(module: torch.nn.Module, folder: str) -> None:
+    """Load only the module's weights from ``folder`` (validate / test / predict with ``ckpt_path``)."""
+    weights = read_model_weights(folder)
+    if weights is None:
+        raise CheckpointError(f"{folder} holds no full model weights (model.safetensors): a sharded FSDP "
+                              "checkpoint is loaded by fit(ckpt_path=...) or accelerator.load_state.")
+    module.load_state_dict(weights)

@@ -1,0 +1,155 @@
+"""Lightning's ``Trainer`` attribute names, declared in one table and each read from its one owner.
+
+``trainer.max_epochs`` reads ``trainer.config.max_epochs``, ``trainer.val_dataloaders`` the run plan's prepared
+loaders, ``trainer.global_step`` the ``TrainState``, and so on. ``LIGHTNING_ATTRIBUTES`` lists every such name
+with the part it shows; ``with_lightning_attributes`` puts them on the Trainer class as descriptors (a plain
+attribute lookup, no ``__getattr__`` fallback), so the Trainer's own body holds only its own behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+from trainer import args as checks
+
+
+class _View:
+    """A Trainer attribute computed from one of its parts; ``read`` / ``write`` say how."""
+
+    name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else self.read(obj)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.write(obj, value)
+
+    def read(self, obj: Any) -> Any:
+        raise AttributeError(self.name)
+
+    def write(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"trainer.{self.name} is set by the trainer; it cannot be assigned.")
+
+
+class ConfigField(_View):
+    """``trainer.<name>`` reads ``trainer.config.<name>``; ``settable`` ones take a new count (validated), as
+    Lightning lets scripts raise ``max_epochs`` before a second ``fit``. The others refuse assignment."""
+
+    def __init__(self, settable: bool = False, minimum: int = 0) -> None:
+        self.settable = settable
+        self.minimum = minimum
+
+    def read(self, obj: Any) -> Any:
+        return getattr(obj.config, self.name)
+
+    def write(self, obj: Any, value: Any) -> None:
+        if not self.settable:
+            raise AttributeError(f"trainer.{self.name} is read-only after construction: pass Trainer({self.name}="
+                                 f"{value!r}) instead.")
+        if not (self.name in ("max_epochs", "max_steps") and value == -1):  # -1: Lightning's "no limit"
+            value = checks.check_count(self.name, value, self.minimum, allow_none=self.minimum == 0)
+        obj.config = dataclasses.replace(obj.config, **{self.name: value})  # checked again as a whole
+
+
+class PartField(_View):
+    """``trainer.<name>`` reads ``trainer.<part>.<attribute>`` (read-only unless ``settable``)."""
+
+    def __init__(self, part: str, attribute: str, settable: bool = False) -> None:
+        self.part = part
+        self.attribute = attribute
+        self.settable = settable
+
+    def read(self, obj: Any) -> Any:
+        return getattr(getattr(obj, self.part), self.attribute)
+
+    def write(self, obj: Any, value: Any) -> None:
+        if not self.settable:
+            raise AttributeError(f"trainer.{self.name} is set by the trainer ({self.part}.{self.attribute}); it "
+                                 "cannot be assigned.")
+        setattr(getattr(obj, self.part), self.attribute, value)
+
+
+class StageFlag(_View):
+    """``trainer.<name>``: whether the trainer's stage (``trainer.state.stage``) is ``stage`` (read-only)."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def read(self, obj: Any) -> Any:
+        return obj.state.stage == self.stage
+
+
+# Every Lightning attribute name the Trainer shows, with the part that owns the value.
+LIGHTNING_ATTRIBUTES: dict[str, _View] = {
+    "callbacks": PartField("attached", "callbacks", settable=True),
+    "module": PartField("attached", "module", settable=True),  # the TrainModule being (or last) run
+    "model": PartField("attached", "module"),  # Lightning's names for it: the module, never a wrapper
+    "lightning_module": PartField("attached", "module"),
+    "datamodule": PartField("attached", "datamodule", settable=True),
+    "max_epochs": ConfigField(settable=True),
+    "max_steps": ConfigField(settable=True),
+    "min_epochs": ConfigField(settable=True),
+    "min_steps": ConfigField(settable=True),
+    "accumulate_grad_batches": ConfigField(settable=True, minimum=1),  # GradientAccumulationScheduler sets it
+    "max_time": ConfigField(),
+    "gradient_clip_val": ConfigField(),
+    "gradient_clip_algorithm": ConfigField(),
+    "val_check_interval": ConfigField(),
+    "check_val_every_n_epoch": ConfigField(),
+    "num_sanity_val_steps": ConfigField(),
+    "limit_train_batches": ConfigField(),
+    "limit_val_batches": ConfigField(),
+    "limit_test_batches": ConfigField(),
+    "limit_predict_batches": ConfigField(),
+    "fast_dev_run": ConfigField(),
+    "overfit_batches": ConfigField(),
+    "log_every_n_steps": ConfigField(),
+    "enable_checkpointing": ConfigField(),
+    "on_nonfinite_loss": ConfigField(),
+    "preemption_exit_code": ConfigField(),
+    "project_name": ConfigField(),
+    "train_dataloader": PartField("plan", "train_loader"),
+    "val_dataloaders": PartField("plan", "val_loaders"),
+    "test_dataloaders": PartField("plan", "test_loaders"),
+    "predict_dataloaders": PartField("plan", "predict_loaders"),
+    "num_training_batches": PartField("plan", "num_training_batches"),
+    "num_val_batches": PartField("plan", "num_val_batches"),
+    "num_sanity_val_batches": PartField("plan", "num_sanity_val_batches"),
+    "num_test_batches": PartField("plan", "num_test_batches"),
+    "num_predict_batches": PartField("plan", "num_predict_batches"),
+    "optimizers": PartField("plan", "optimizers"),
+    "lr_scheduler_configs": PartField("plan", "scheduler_configs"),
+    "current_epoch": PartField("state", "epoch"),
+    "global_step": PartField("state", "global_step"),
+    "callback_metrics": PartField("metric_logger", "callback_metrics"),
+    "logged_metrics": PartField("metric_logger", "logged_metrics"),
+    "world_size": PartField("accelerator", "num_processes"),
+    "global_rank": PartField("accelerator", "process_index"),
+    "local_rank": PartField("accelerator", "local_process_index"),
+    "is_global_zero": PartField("accelerator", "is_main_process"),
+    "log_dir": PartField("accelerator", "logging_dir"),
+    "checkpoint_callbacks": PartField("checkpointer", "checkpoint_callbacks"),  # every ModelCheckpoint, in order
+    "default_checkpoint_dir": PartField("checkpointer", "default_dir"),  # {project_dir}/checkpoints
+    "sanity_checking": StageFlag("sanity_check"),
+    "training": StageFlag("train"),  # False during fit's validation
+    "validating": StageFlag("validate"),  # inside fit or validate()
+    "testing": StageFlag("test"),
+    "predicting": StageFlag("predict"),
+}
+
+T = TypeVar("T", bound=type)
+
+
+def with_lightning_attributes(cls: T) -> T:
+    """Class decorator: every ``LIGHTNING_ATTRIBUTES`` name as a descriptor of ``cls`` (refusing a clash with a
+    name ``cls`` defines itself)."""
+    for name, view in LIGHTNING_ATTRIBUTES.items():
+        if name in vars(cls):
+            raise TypeError(f"{cls.__name__}.{name} is defined by the class and in LIGHTNING_ATTRIBUTES: keep one.")
+        view.__set_name__(cls, name)
+        setattr(cls, name, view)
+    return cls

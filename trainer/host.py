@@ -1,0 +1,49 @@
+"""``ModuleHost``: the contract between a ``TrainModule`` and the trainer running it, as a ``typing.Protocol``.
+
+A module reaches its trainer only through these names (``self.log`` through ``log_value``, ``self.optimizers()``
+through ``module_optimizers``, ``manual_backward`` through ``backward``...), so ``trainer/module.py`` never
+imports the ``Trainer``: ``trainer.Trainer`` satisfies the protocol structurally. User code reads
+``self.trainer.<anything>`` as in Lightning; the protocol's ``__getattr__`` says so to type checkers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from engine import Accelerator
+from trainer.metrics.logger import LogOptions
+
+
+class ModuleHost(Protocol):
+    """What a ``TrainModule`` asks of the trainer it is attached to."""
+
+    accelerator: Accelerator  # gather, reduce, print, clipping...
+
+    @property
+    def global_rank(self) -> int: ...
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def logger(self) -> Any: ...
+    @property
+    def loggers(self) -> list[Any]: ...
+    @property
+    def lr_scheduler_configs(self) -> list[Any]: ...
+
+    def log_value(self, name: str, value: Any, options: LogOptions) -> None:
+        """Record one ``self.log`` value."""
+
+    def module_optimizers(self) -> list[torch.optim.Optimizer]:
+        """What ``module.optimizers()`` returns (wrapped for manual optimisation)."""
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``manual_backward``: the hooks around the engine's backward."""
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other ``Trainer`` attribute (``self.trainer.estimated_stepping_batches``...) for user code."""

@@ -1,0 +1,112 @@
+"""Each run's set-up and tear-down (``run_scope``), the module's callbacks, and how a run that failed ends on
+several processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from callbacks import Callback
+from engine import Accelerator
+from trainer.loop.hooks import HookTable, overrides
+from trainer.loop.signals import Preempted
+from trainer.metrics.tracking import TrackerLink
+from trainer.module import TrainModule
+from trainer.profiling import run_profiler
+
+EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
+
+
+def module_callbacks(module: TrainModule, callbacks: list[Callback]) -> list[Callback]:
+    """``callbacks`` with the module's ``configure_callbacks()`` added, replacing those of the same type."""
+    extra = module.configure_callbacks()
+    extra = [extra] if isinstance(extra, Callback) else list(extra or [])
+    if not extra:
+        return callbacks
+    kinds = {type(c) for c in extra}
+    return [c for c in callbacks if type(c) not in kinds] + extra
+
+
+def check_module(module: Any) -> TrainModule:
+    if not isinstance(module, TrainModule):
+        raise TypeError(f"The trainer runs TrainModule subclasses. Received: {type(module).__name__}: derive your "
+                        "model from trainer.TrainModule.")
+    return module
+
+
+def end_failed_process(accelerator: Accelerator, error: BaseException) -> None:
+    """With several processes, make sure this one ends promptly after ``error``.
+
+    Another rank may be waiting in a collective for this one (a step that raised here only), and it only fails
+    once this process is gone. So the process group is destroyed and, unless the error was raised on every rank
+    alike (a preemption, a non-finite loss), the process is ended with status 1 if it still runs
+    ``EXIT_GRACE_S`` (5 s) later: time for the traceback to print and the exception to end the script as usual,
+    but not for a caught exception or a stuck shutdown to leave the other ranks waiting.
+    """
+    if accelerator.num_processes <= 1:
+        return
+    if not isinstance(error, (Preempted, FloatingPointError)):
+        print(f"[ember] rank {accelerator.process_index}: {type(error).__name__} in the trainer; this process ends "
+              f"within {EXIT_GRACE_S:.0f} s so the other ranks do not wait for it.", file=sys.stderr, flush=True)
+        timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        accelerator.state.destroy_process_group()
+
+
+def eval_sources(datamodule: Any, dataloaders: Any, last_datamodule: Any) -> tuple[Any, Any]:
+    """``(datamodule, dataloaders)`` of an evaluation: a data module passed as ``dataloaders`` counts as one; with
+    neither, the last run's data module."""
+    from trainer.datamodule import DataModule
+
+    if isinstance(dataloaders, DataModule):
+        return dataloaders, None
+    if datamodule is None and dataloaders is None:
+        return last_datamodule, None
+    return datamodule, dataloaders
+
+
+@contextlib.contextmanager
+def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
+              trackers: TrackerLink) -> Iterator[None]:
+    """Prepare data and call ``setup`` before a run, ``teardown`` after it; on a failure call ``on_exception``,
+    finish the trackers and (several processes) make sure this process ends promptly. The hook table's profiler
+    is set up first (the setup hooks are timed too) and describes the run at its end."""
+    with run_profiler(hooks.profiler, stage, accelerator):
+        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers)
+
+
+def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
+              trackers: TrackerLink) -> Iterator[None]:
+    try:
+        if datamodule is not None:
+            first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \
+                accelerator.is_main_process
+            if first:
+                datamodule.prepare_data()
+        if accelerator.is_local_main_process and overrides(module, TrainModule, "prepare_data"):
+            module.prepare_data()
+        accelerator.wait_for_everyone()
+        if datamodule is not None:
+            datamodule.setup(stage)
+        hooks.call("setup", stage)
+        yield
+        if datamodule is not None:
+            datamodule.teardown(stage)
+        hooks.call("teardown", stage)
+    except BaseException as error:
+        try:
+            hooks.call_callbacks("on_exception", error)
+        finally:
+            try:
+                trackers.finish()
+            finally:
+                end_failed_process(accelerator, error)
+        raise
