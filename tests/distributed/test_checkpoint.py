@@ -51,13 +51,30 @@ def test_two_process_resume_is_bitwise_exact(run_distributed: Callable[..., list
 
 
 class Exploding:
-    """A registered object whose state_dict fails on rank 0 (the only rank that writes registered objects)."""
+    """A registered object whose state_dict fails (on every rank: the engine takes it on every rank)."""
 
     def state_dict(self) -> dict[str, int]:
         raise OSError("disk full (simulated)")
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         pass
+
+
+class Counting:
+    """A registered object counting its state_dict calls on this rank; with ``fail_on`` it fails on that rank."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls = 0
+        self.fail_on = fail_on
+
+    def state_dict(self) -> dict[str, int]:
+        self.calls += 1
+        if self.fail_on is not None and int(os.environ["RANK"]) == self.fail_on:
+            raise ValueError(f"state_dict failed on rank {self.fail_on} only (simulated)")
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.calls = state["calls"]
 
 
 def _failures(tmp: str) -> dict[str, Any]:
@@ -106,6 +123,23 @@ def _failures(tmp: str) -> dict[str, Any]:
     except UnsafeCheckpointError as err:
         out["unsafe_error"] = str(err)
     out["pwned"] = os.path.exists(os.path.join(tmp, "pwned"))
+
+    # Registered objects are taken on every rank, as Accelerate does (the trainer's hooks run everywhere) ...
+    counting = Counting()
+    run.acc.register_for_checkpointing(counting)
+    run.acc.save_state()
+    out["state_dict_calls"] = counting.calls
+    # ... so one that fails on rank 1 only fails the save on every rank, without a hang, and commits nothing.
+    run.acc._custom_objects[-1] = Counting(fail_on=1)
+    try:
+        run.acc.save_state()
+        out["rank1_error"] = None
+    except ValueError as err:
+        out["rank1_error"] = str(err)
+    run.acc._custom_objects.pop()
+    run.acc.wait_for_everyone()
+    out["after_rank1_failure"] = sorted(os.listdir(os.path.join(tmp, "checkpoints")))
+
     return out
 
 
@@ -119,4 +153,8 @@ def test_a_failure_on_one_rank_is_raised_on_every_rank(run_distributed: Callable
         assert result["fallback"] == result["good"]
         assert "random_states_1.pkl" in result["unsafe_error"] and "allow_unsafe_pickle" in result["unsafe_error"]
         assert result["pwned"] is False
+        assert result["state_dict_calls"] == 1
+        assert "failed on rank 1 only" in result["rank1_error"]
+        assert result["after_rank1_failure"] == ["checkpoint_0", "checkpoint_1", "checkpoint_2"], result
     assert "on rank 0" in results[1]["save_error"]
+    assert "(on rank 1)" in results[0]["rank1_error"] and "(on rank 1)" not in results[1]["rank1_error"]
