@@ -2,7 +2,7 @@
 
 ``Trainer(strategy="ddp")`` and friends are accepted by name; ``DDPStrategy(...)`` / ``FSDPStrategy(...)``
 carry the options. Each becomes what the engine's ``Accelerator`` takes (``kwargs_handlers``,
-``fsdp_plugin``); the processes themselves come from the launcher (see ``trainer.launching``).
+``fsdp_plugin``); the processes themselves come from the launcher (see ``trainer.compat.launching``).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class Trainer:
         seed / deterministic: ``engine.set_seed(seed)`` now (seed the model's construction by building the
             Trainer first), and ``torch.use_deterministic_algorithms``.
         detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
-        profiler / compile: a ``trainer.profiling`` profiler or its name; ``torch.compile`` (``trainer.compiling``).
+        profiler / compile: a ``trainer.profiling`` profiler or its name; ``torch.compile`` (``trainer.tools.compiling``).
         on_nonfinite_loss: ``"raise"`` (default), ``"skip"`` or ``"ignore"`` a NaN/inf loss (``TrainerConfig``).
         preemption_signals / preemption_exit_code: save, finish and exit on these signals (``TrainerConfig``).
         strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.compat.keywords``).
@@ -491,7 +491,7 @@ class Trainer:
         self.checkpointer.save(filepath, weights_only, storage_options, async_save)
 
     def run_at_boundary(self, fn: Any) -> None:
-        """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpointer``), or now outside it
+        """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpoint.checkpointer``), or now outside it
         (``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation)."""
         self.checkpointer.run_at_boundary(fn)
 

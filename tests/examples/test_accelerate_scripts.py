@@ -194,16 +194,36 @@ def _keys(procs: int) -> list[str]:
     return [key for key, (_, p, _) in CASES.items() if p == procs]
 
 
+# The GRU's CPU kernels (oneDNN) pick their code path by the CPU's instruction set, so its float sums differ in
+# the last bits between CPUs (the recording's and an AMD EPYC's: weights 2e-7 apart, losses equal to 5e-6): for
+# these cases the weights' hash is not compared and the sums are compared to 6 digits. Every other case (linear
+# layers, convolutions, dropout) stays bit for bit.
+_CPU_DEPENDENT = ("autoregressive_accumulation_",)
+
+
+def _rounded(key: str, value: dict[str, Any]) -> dict[str, Any]:
+    if not key.startswith(_CPU_DEPENDENT):
+        return value
+    rounded = {name: v for name, v in value.items() if name != "sha"}
+    rounded["sum"] = float(f"{value['sum']:.6g}")
+    rounded["losses"] = [round(loss, 4) for loss in value["losses"]]
+    return rounded
+
+
 def _comparable(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {k: {name: v[name] for name in expected(k)} for k, v in results.items()}
+    return {k: _rounded(k, {name: v[name] for name in expected(k)}) for k, v in results.items()}
+
+
+def _expected_all(keys: Any) -> dict[str, dict[str, Any]]:
+    return {k: _rounded(k, expected(k)) for k in keys}
 
 
 def test_one_process_runs_give_accelerates_values(tmp_path: Path) -> None:
     results = run_cases(_keys(1), str(tmp_path))
-    assert _comparable(results) == {k: expected(k) for k in results}
+    assert _comparable(results) == _expected_all(results)
 
 
 def test_two_process_runs_give_accelerates_values(run_distributed: Callable[..., list[Any]],
                                                   tmp_path: Path) -> None:
     rank0, _ = run_distributed(run_cases, 2, _keys(2), str(tmp_path), timeout=300)
-    assert _comparable(rank0) == {k: expected(k) for k in rank0}
+    assert _comparable(rank0) == _expected_all(rank0)

@@ -161,7 +161,7 @@ class MetricLogger:
         """The batch the next ``log`` calls belong to; returns its size (see ``batch_size``).
 
         ``padding``: the batch holds only samples repeated to give every process as many batches (see
-        ``trainer.exact_eval``); what is logged for it does not count in the epoch values.
+        ``trainer.evaluation.exact``); what is logged for it does not count in the epoch values.
         """
         self.batch = batch
         self._padding = padding
