@@ -48,7 +48,7 @@ EXPECTED = {
             'global_step': 6,
             'hook_log': ['setup:fit', 'configure_model', 'configure_optimizers', 'on_fit_start'],
             'mesh': {},
-            'wall_s': 7.7,
+            'wall_s': 9.3,
         },
         'dp1_tp1': {
             'weights': {
@@ -94,7 +94,7 @@ EXPECTED = {
                 'shape': [1, 1],
                 'param_device': 'cpu',
             },
-            'wall_s': 4.6,
+            'wall_s': 15.0,
         },
         'tp2': {
             'weights': {
@@ -141,7 +141,7 @@ EXPECTED = {
                 'shape': [1, 2],
                 'param_device': 'cpu',
             },
-            'wall_s': 12.1,
+            'wall_s': 24.3,
         },
         'tp2_sp': {
             'weights': {
@@ -188,7 +188,7 @@ EXPECTED = {
                 'shape': [1, 2],
                 'param_device': 'cpu',
             },
-            'wall_s': 13.7,
+            'wall_s': 20.5,
         },
         'reference_dp2': {
             'weights': {
@@ -230,7 +230,7 @@ EXPECTED = {
             'global_step': 6,
             'hook_log': ['setup:fit', 'configure_model', 'configure_optimizers', 'on_fit_start'],
             'mesh': {},
-            'wall_s': 8.3,
+            'wall_s': 8.4,
         },
         'dp2_tp2': {
             'weights': {
@@ -279,7 +279,7 @@ EXPECTED = {
                 'shape': [2, 2],
                 'param_device': 'cpu',
             },
-            'wall_s': 27.3,
+            'wall_s': 30.5,
         },
         'dp2_tp2_sp': {
             'weights': {
@@ -328,7 +328,7 @@ EXPECTED = {
                 'shape': [2, 2],
                 'param_device': 'cpu',
             },
-            'wall_s': 24.1,
+            'wall_s': 44.4,
         },
     },
     'vs_reference': {
@@ -427,6 +427,29 @@ EXPECTED = {
             'resumed_losses_equal_uninterrupted': True,
             'resumed_weights_max_abs_diff': 0.0,
             'resumed_hook_log': ['setup:fit', 'configure_model', 'configure_optimizers', 'on_fit_start'],
+        },
+    },
+    'reshards': {
+        'tp2_to_dp1_tp1': {
+            'ok': True,
+            'resumed_losses': [[2.899143695831299, 3.079493999481201, 3.2527356147766113]],
+            'global_step': 6,
+            'max_abs_loss_diff_vs_tp2': 2.384185791015625e-07,
+        },
+        'tp2_to_single_process_no_strategy': {
+            'ok': False,
+            'error': "IsADirectoryError: [Errno 21] Is a directory: '/tmp/tmp111lvmas/last.ckpt'",
+        },
+        'tp2_full_file_to_single_process_no_strategy': {
+            'ok': True,
+            'resumed_losses': [[2.899143695831299, 3.079493999481201, 3.2527356147766113]],
+            'global_step': 6,
+            'max_abs_loss_diff_vs_reference_dp1': 2.384185791015625e-07,
+        },
+        'dp2_tp2_to_tp2': {
+            'ok': True,
+            'resumed_losses': [[3.0896337032318115, 3.04409122467041, 3.2573275566101074], [3.0896337032318115, 3.04409122467041, 3.2573275566101074]],
+            'global_step': 6,
         },
     },
     'probes': {

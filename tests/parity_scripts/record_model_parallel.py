@@ -5,7 +5,8 @@
 The training runs are tests/distributed/model_parallel_script.py, unchanged, started as a user would (one plain
 process; Lightning's launcher starts the others): TP=2 (2 processes), TP=2 with sequence parallelism, DP=2 x TP=2
 (4 processes, FSDP2 over the data-parallel dimension), their single-process references, a 1 x 1 mesh; then save
-after one epoch and resume for the second (sharded and full checkpoints), and the checkpoint's layout on disk. The
+after one epoch and resume for the second (sharded and full checkpoints), and the checkpoint's layout on disk; save
+with one layout and resume with another (RESHARDS). The
 errors Lightning raises come from small probes, each in its own process.
 """
 
@@ -39,6 +40,14 @@ RESUMES = {
     "tp2": ("tp2", ["--tp", "2"]),
     "dp2_tp2": ("dp2_tp2", ["--dp", "2", "--tp", "2"]),
     "tp2_full_checkpoint": ("tp2", ["--tp", "2", "--full-checkpoint"]),
+}
+# Save with one layout after epoch 1, resume epoch 2 with another: name -> (save args, resume args, run to compare).
+RESHARDS = {
+    "tp2_to_dp1_tp1": (["--tp", "2"], ["--dp", "1", "--tp", "1"], "tp2"),
+    "tp2_to_single_process_no_strategy": (["--tp", "2"], ["--tp", "0"], "reference_dp1"),
+    "tp2_full_file_to_single_process_no_strategy": (["--tp", "2", "--full-checkpoint"], ["--tp", "0"],
+                                                    "reference_dp1"),
+    "dp2_tp2_to_tp2": (["--dp", "2", "--tp", "2"], ["--dp", "1", "--tp", "2"], None),
 }
 REFERENCE_OF = {"dp1_tp1": "reference_dp1", "tp2": "reference_dp1", "tp2_sp": "reference_dp1",
                 "dp2_tp2": "reference_dp2", "dp2_tp2_sp": "reference_dp2"}
@@ -116,6 +125,29 @@ def record_resumes(runs: dict[str, Any]) -> dict[str, Any]:
         }
         print("resume", name, resumes[name]["resumed_losses_equal_uninterrupted"], max(diffs), flush=True)
     return resumes
+
+
+def record_reshards(runs: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, (save_args, load_args, compare) in RESHARDS.items():
+        with tempfile.TemporaryDirectory() as workdir:
+            ckpt = os.path.join(workdir, "last.ckpt")
+            run_script([*save_args, "--epochs", "1", "--save", ckpt], workdir)
+            try:
+                second = run_script([*load_args, "--epochs", "2", "--resume", ckpt], workdir)
+            except RuntimeError as e:
+                tail = [ln for ln in str(e).splitlines() if "Error" in ln]
+                found[name] = {"ok": False, "error": tail[-1] if tail else str(e)[-500:]}
+                print("reshard", name, found[name], flush=True)
+                continue
+        entry: dict[str, Any] = {"ok": True, "resumed_losses": second["losses"], "global_step": second["global_step"]}
+        if compare is not None:
+            base = runs[compare]["losses"][0]
+            entry["max_abs_loss_diff_vs_" + compare] = max(abs(a - b) for a, b in zip(second["losses"][0],
+                                                                                   base[len(base) - 3:]))
+        found[name] = entry
+        print("reshard", name, entry, flush=True)
+    return found
 
 
 PROBE_HEADER = """
@@ -197,9 +229,11 @@ def main() -> None:
                          "tp_ranks_equal_losses": all(r == runs[name]["losses"][(i // 2) * 2]
                                                       for i, r in enumerate(runs[name]["losses"]))}
     resumes = record_resumes(runs)
+    reshards = record_reshards(runs)
     probes = record_probes()
     expected = {"versions": {"lightning": lightning.__version__, "torch": torch.__version__},
-                "runs": runs, "vs_reference": summary, "resumes": resumes, "probes": probes}
+                "runs": runs, "vs_reference": summary, "resumes": resumes, "reshards": reshards,
+                "probes": probes}
     with open(OUT, "w") as f:
         f.write(f'"""Observed from lightning {lightning.__version__} (torch {torch.__version__}, CPU, gloo) by '
                 'tests/parity_scripts/record_model_parallel.py running\ntests/distributed/model_parallel_script.py; '
