@@ -99,8 +99,12 @@ def tensor_parallel_plan(variant: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(root plan, per-block plan) for ``parallelize_module``: ``"tp"`` column/row only, ``"sp"`` with
     sequence parallelism on the norms (activations between blocks sharded along the sequence)."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
 
     if variant == "tp":
         root = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate()),

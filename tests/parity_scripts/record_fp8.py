@@ -1,6 +1,7 @@
 """Record fp8 training through torchao as Accelerate 1.15 does it, on CPU; write tests/distributed/fp8_expected.py.
 
-    /work/venvs/bigmodel/bin/python tests/parity_scripts/record_fp8.py [--no-torchao-python /work/venvs/bigmodel-noao/bin/python]
+    /work/venvs/bigmodel/bin/python tests/parity_scripts/record_fp8.py \
+        --no-torchao-python /work/venvs/bigmodel-noao/bin/python
 
 What is recorded:
 - torchao's version and import time (a fresh process, torch already imported);
@@ -167,8 +168,12 @@ def import_times() -> dict[str, float]:
 
 def conversions() -> dict[str, Any]:
     from accelerate.utils import AORecipeKwargs
-    from accelerate.utils.ao import (convert_model_to_fp8_ao, filter_first_and_last_linear_layers,
-                                     find_first_last_linear_layers, filter_linear_layers)
+    from accelerate.utils.ao import (
+        convert_model_to_fp8_ao,
+        filter_first_and_last_linear_layers,
+        filter_linear_layers,
+        find_first_last_linear_layers,
+    )
     from torchao.float8 import Float8LinearConfig
 
     found: dict[str, Any] = {}
@@ -255,7 +260,7 @@ def errors(no_torchao_python: str | None) -> dict[str, str]:
                        "    print('OK (no error)')\n"
                        "except BaseException as e:\n    print('ERROR', type(e).__name__ + ': ' + str(e))\n")
             with tempfile.TemporaryDirectory() as workdir:
-                proc = subprocess.run([python, "-c", wrapped], capture_output=True, text=True, cwd=workdir)
+                proc = subprocess.run([python, "-c", wrapped], check=False, capture_output=True, text=True, cwd=workdir)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ERROR", "OK"))]
             found[name] = lines[0] if lines else f"rc={proc.returncode} {proc.stderr[-300:]}"
     return found
@@ -300,7 +305,7 @@ def fsdp_run() -> dict[str, Any]:
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
                                "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--fsdp-worker", out],
-                              capture_output=True, text=True, timeout=600,
+                              check=False, capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
         if proc.returncode != 0:
             return {"error": proc.stderr[-3000:]}
