@@ -4,7 +4,7 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
  'cases': {'no_ac_saved_bytes': 361216,
            'default_no_wrap': {'error': "TypeError: 'NoneType' object is not callable"},
            'transformer_based_wrap_names': {'auto_wrap_policy': 'functools.partial(<function '
-                                                                'transformer_auto_wrap_policy at 0x7effd4b73f60>, '
+                                                                'transformer_auto_wrap_policy>, '
                                                                 'transformer_layer_cls={<class '
                                                                 "'__main__.net.<locals>.Block'>})",
                                             'wrappers': {'blocks.0': 'CheckpointWrapper',
@@ -40,8 +40,7 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
                                             'saved_bytes': 39424,
                                             'grads_max_abs_diff_vs_no_ac': 0.0},
            'transformer_based_wrap_no_split_modules': {'auto_wrap_policy': 'functools.partial(<function '
-                                                                           'transformer_auto_wrap_policy at '
-                                                                           '0x7effd4b73f60>, '
+                                                                           'transformer_auto_wrap_policy>, '
                                                                            'transformer_layer_cls={<class '
                                                                            "'__main__.net.<locals>.Block'>})",
                                                        'wrappers': {'blocks.0': 'CheckpointWrapper',
@@ -77,8 +76,8 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
                                                        'saved_bytes': 39424,
                                                        'grads_max_abs_diff_vs_no_ac': 0.0},
            'transformer_based_wrap_no_names': {'auto_wrap_policy': 'functools.partial(<function '
-                                                                   'transformer_auto_wrap_policy at '
-                                                                   '0x7effd4b73f60>, transformer_layer_cls=set())',
+                                                                   'transformer_auto_wrap_policy>, '
+                                                                   'transformer_layer_cls=set())',
                                                'wrappers': {},
                                                'settings': {},
                                                'parameter_names_sample': ['inp.weight',
@@ -97,8 +96,8 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
                                                'grads_max_abs_diff_vs_no_ac': 0.0},
            'transformer_based_wrap_unknown_class': {'error': 'ValueError: Could not find the transformer layer '
                                                              'class Missing in the model.'},
-           'size_based_wrap_5000': {'auto_wrap_policy': 'functools.partial(<function size_based_auto_wrap_policy '
-                                                        'at 0x7effd4b9c180>, min_num_params=5000)',
+           'size_based_wrap_5000': {'auto_wrap_policy': 'functools.partial(<function size_based_auto_wrap_policy>, '
+                                                        'min_num_params=5000)',
                                     'wrappers': {'blocks': 'CheckpointWrapper',
                                                  'blocks._checkpoint_wrapped_module.0': 'CheckpointWrapper',
                                                  'blocks._checkpoint_wrapped_module.1': 'CheckpointWrapper',
@@ -137,8 +136,8 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
                                                                'blocks.0.fc1.bias'],
                                     'saved_bytes': 39424,
                                     'grads_max_abs_diff_vs_no_ac': 0.0},
-           'size_based_wrap_1000': {'auto_wrap_policy': 'functools.partial(<function size_based_auto_wrap_policy '
-                                                        'at 0x7effd4b9c180>, min_num_params=1000)',
+           'size_based_wrap_1000': {'auto_wrap_policy': 'functools.partial(<function size_based_auto_wrap_policy>, '
+                                                        'min_num_params=1000)',
                                     'wrappers': {'blocks': 'CheckpointWrapper',
                                                  'blocks._checkpoint_wrapped_module.0': 'CheckpointWrapper',
                                                  'blocks._checkpoint_wrapped_module.0._checkpoint_wrapped_module.fc1': 'CheckpointWrapper',
@@ -213,9 +212,8 @@ EXPECTED = {'versions': {'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
                                                                'blocks.0.fc1.bias'],
                                     'saved_bytes': 39424,
                                     'grads_max_abs_diff_vs_no_ac': 0.0},
-           'offload': {'auto_wrap_policy': 'functools.partial(<function transformer_auto_wrap_policy at '
-                                           '0x7effd4b73f60>, transformer_layer_cls={<class '
-                                           "'__main__.net.<locals>.Block'>})",
+           'offload': {'auto_wrap_policy': 'functools.partial(<function transformer_auto_wrap_policy>, '
+                                           "transformer_layer_cls={<class '__main__.net.<locals>.Block'>})",
                        'wrappers': {'blocks.0': 'OffloadWrapper',
                                     'blocks.0._checkpoint_wrapped_module': 'CheckpointWrapper',
                                     'blocks.1': 'OffloadWrapper',

@@ -1,7 +1,7 @@
 """Observed from torchao 0.18.0 and accelerate 1.15.0 (torch 2.13.0+cpu, CPU) by tests/parity_scripts/record_fp8.py; do not edit."""
 
 EXPECTED = {'versions': {'torchao': '0.18.0', 'accelerate': '1.15.0', 'torch': '2.13.0+cpu'},
- 'import_times': {'import_torchao_s': 3.65, 'import_torchao_float8_s': 3.65},
+ 'import_times': {'import_torchao_s': 2.67, 'import_torchao_float8_s': 2.67},
  'probe_linears_before': {'head': 'Linear',
                           'inp': 'Linear',
                           'blocks.0.up': 'Linear',
@@ -256,7 +256,7 @@ EXPECTED = {'versions': {'torchao': '0.18.0', 'accelerate': '1.15.0', 'torch': '
                                                              '6.weight': 'Tensor',
                                                              '6.bias': 'Tensor'},
                                       'enable_fsdp_float8_all_gather': True,
-                                      'wall_s': 23.3,
+                                      'wall_s': 19.9,
                                       'mean_losses': [0.5250831842422485,
                                                       0.48989564180374146,
                                                       0.5171193033456802,

@@ -20,6 +20,7 @@ import gc
 import json
 import os
 import pprint
+import re
 import socket
 import subprocess
 import sys
@@ -153,7 +154,9 @@ def record_cases() -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001 - recorded
             found[name] = {"error": f"{type(e).__name__}: {e}"}
             continue
-        entry = {"auto_wrap_policy": repr(plugin.auto_wrap_policy)[:160], **describe_wrapped(model)}
+        # Without the " at 0x..." addresses, so a rerun writes the same file.
+        policy = re.sub(r" at 0x[0-9a-f]+", "", repr(plugin.auto_wrap_policy))
+        entry = {"auto_wrap_policy": policy[:160], **describe_wrapped(model)}
         try:
             nbytes, grads = saved_bytes(model)
             diffs = [abs(a - b) for k in reference_grads for a, b in zip(reference_grads[k], grads[k])]
