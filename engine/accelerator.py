@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from engine import operations
 from engine.accelerator_checkpoint import CheckpointingMixin
 from engine.accelerator_process import ProcessControlMixin
 from engine.accelerator_tracking import TrackingMixin
+from engine.backends import Backend, select_backend
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -31,7 +32,7 @@ from engine.config import (
 )
 from engine.environment import EngineEnvironment
 from engine.optimizer import AcceleratedOptimizer
-from engine.parallel import extract_model_from_parallel, is_fsdp2, no_sync, sync_in_backward, unwrap, wrap_ddp
+from engine.parallel import extract_model_from_parallel, unwrap
 from engine.precision import (
     autocast_context,
     check_autocast_support,
@@ -115,6 +116,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
                                       **init_kwargs)
         self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
+        self.backend: Backend = select_backend(self.state, self.ddp_handler)  # what differs between backends
         self.device_placement = device_placement
         self.dataloader_config = self._merge_dataloader_config(dataloader_config, split_batches, dispatch_batches,
                                                                even_batches, use_seedable_sampler)
@@ -226,7 +228,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     @property
     def is_fsdp2(self) -> bool:
-        return self.state.fsdp_plugin is not None and self.distributed_type == DistributedType.FSDP
+        return self.backend.distributed_type == DistributedType.FSDP
 
     @property
     def should_save_model(self) -> bool:
@@ -338,21 +340,14 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
         if device_placement is None:
-            device_placement = self.device_placement and not self.is_fsdp2
+            device_placement = self.device_placement and self.backend.places_models
         self._models.append(model)
         if self.native_amp:
             wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
         if device_placement:
             model = model.to(self.device)
-        if not evaluation_mode and self.use_distributed:
-            if self.is_fsdp2:
-                from engine.fsdp import apply_fsdp2, retarget_optimizer
-
-                model = apply_fsdp2(model, self.state.fsdp_plugin, self.mixed_precision, self.device)
-                for prepared in self._optimizers:  # prepared earlier: still pointing at the unsharded parameters
-                    retarget_optimizer(prepared.optimizer, [model])
-            else:
-                model = wrap_ddp(model, self.state, self.ddp_handler)
+        if not evaluation_mode:  # an evaluation-only model needs no gradient sync (nor sharding)
+            model = self.backend.wrap_model(model, [prepared.optimizer for prepared in self._optimizers])
         if self.dynamo_backend != "no":
             model = torch.compile(model, backend=self.dynamo_backend)
         model._is_accelerate_prepared = True  # type: ignore[assignment]
@@ -365,10 +360,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             return optimizer
         if device_placement is None:
             device_placement = self.device_placement
-        if self.is_fsdp2:  # FSDP2 replaced the model's parameters: point the optimizer at the sharded ones
-            from engine.fsdp import retarget_optimizer
-
-            retarget_optimizer(optimizer, self._models)
+        self.backend.prepare_optimizer(optimizer, self._models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.device)
         prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
@@ -447,33 +439,23 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             return _NO_CONTEXT
         stack = contextlib.ExitStack()
         for model in models:
-            stack.enter_context(no_sync(model, True))
+            stack.enter_context(self.backend.no_sync(model))
         return stack
 
-    @contextlib.contextmanager
-    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Skip gradient synchronisation of ``model`` inside the block (a no-op unless distributed)."""
-        with no_sync(model, self.use_distributed):
-            yield
+        return self.backend.no_sync(model)
 
-    @contextlib.contextmanager
-    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Make the next backward of a DDP ``model`` all-reduce, even inside ``no_sync``."""
-        if not self.use_distributed:
-            yield
-            return
-        with sync_in_backward(model):
-            yield
+        return self.backend.sync_in_backward(model)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
         steps = self.gradient_state.num_steps
         if steps > 1:
             loss = loss / steps
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward(**kwargs)
-        else:
-            loss.backward(**kwargs)
+        self.backend.backward(loss, self.scaler, **kwargs)
 
     def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
         raise NotImplementedError("lomo_backward is not supported by Ember: LOMO optimizers are out of scope. Use "
@@ -494,15 +476,13 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         """``torch.nn.utils.clip_grad_norm_`` on unscaled gradients; returns the total norm."""
         parameters = list(parameters)
         self.unscale_gradients()
-        total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        # Over FSDP2's sharded gradients the norm is a replicated DTensor; callers expect a plain tensor.
-        return total.full_tensor() if hasattr(total, "full_tensor") else total
+        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """``torch.nn.utils.clip_grad_value_`` on unscaled gradients."""
         parameters = list(parameters)
         self.unscale_gradients()
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        self.backend.clip_grad_value_(parameters, clip_value)
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of this Accelerator's mixed precision (a null context without one)."""
@@ -565,17 +545,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         Under FSDP2 this is a collective (call it on every rank): the full state is gathered to rank 0, on the CPU,
         and the other ranks get an empty dict (as in Accelerate).
         """
-        if is_fsdp2(unwrap_model_quick(model)):
-            from engine.fsdp import full_state_dict
-
-            return full_state_dict(unwrap_model_quick(model))
-        target = self.unwrap_model(model) if unwrap else model
-        return target.state_dict()
+        return self.backend.full_state_dict(self.unwrap_model(model) if unwrap else model)
 
     def verify_device_map(self, model: torch.nn.Module) -> bool:
         """Ember does not do big-model dispatch: a model never carries a multi-device map."""
         return getattr(model, "hf_device_map", None) is not None and len(set(model.hf_device_map.values())) > 1
-
-
-def unwrap_model_quick(model: Any) -> Any:
-    return unwrap(model, keep_torch_compile=False)

@@ -19,10 +19,9 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from engine import checkpointing as folders
+from engine.backends.base import holds_shards
 from engine.checkpoint_async import AsyncCheckpointer
-from engine.checkpoint_direct import read_into_module
 from engine.checkpoint_io import (
-    CheckpointError,
     CorruptCheckpointError,
     atomic_write,
     save_safetensors,
@@ -43,24 +42,6 @@ from engine.operations import broadcast_object_list, gather_object
 from engine.random import capture_rng_state, restore_rng_state
 
 
-def _holds_shards(manifest: dict[str, Any]) -> bool:
-    """Whether models / optimizers are stored as FSDP shards (``engine.fsdp_checkpoint``'s sub-folders)."""
-    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name
-               for name in manifest["files"])
-
-
-def _fsdp_io(plugin: Any, manifest: dict[str, Any] | None = None) -> Any:
-    """``engine.fsdp_checkpoint`` when an FSDP plugin is set or the checkpoint holds shards, else None.
-
-    Imported only then: torch.distributed.checkpoint and FSDP take about a second to import.
-    """
-    if plugin is None and (manifest is None or not _holds_shards(manifest)):
-        return None
-    from engine import fsdp_checkpoint
-
-    return fsdp_checkpoint
-
-
 class CheckpointingMixin:
     """``save_state`` / ``load_state``, ``save``, ``save_model``, ``register_for_checkpointing`` and pre-hooks."""
 
@@ -74,7 +55,7 @@ class CheckpointingMixin:
     state: Any
     gradient_state: Any
     project_configuration: ProjectConfiguration
-    get_state_dict: Callable[..., dict[str, torch.Tensor]]
+    backend: Any  # engine.backends.Backend: how models and optimizers are written and read
 
     def _init_checkpointing(self) -> None:
         self._save_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
@@ -231,12 +212,11 @@ class CheckpointingMixin:
     def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
                  custom: list[Any], custom_error: Exception | None) -> CapturedState:
         """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
-        # Weights and hooks run on every rank (gathering a sharded model's state is collective). With an FSDP
-        # plugin asking for SHARDED_STATE_DICT, models and optimizers are written as per-rank shards instead.
-        fsdp = _fsdp_io(self.state.fsdp_plugin)
-        sharded, optimizers = (False, list(self._optimizers)) if fsdp is None else fsdp.prepare_save(
-            self.state.fsdp_plugin, self._models, self._optimizers, self.gradient_state.sync_gradients)
-        weights = [] if sharded else [self.get_state_dict(model, unwrap=False) for model in self._models]
+        # Weights and hooks run on every rank (gathering a sharded model's state is collective). The backend may
+        # write models and optimizers as per-rank shards instead (FSDP2 with SHARDED_STATE_DICT).
+        backend = self.backend
+        to_save = backend.models_to_save(self._models, self._optimizers, self.gradient_state.sync_gradients)
+        weights = to_save.weights
         os.makedirs(job.temp, exist_ok=True)  # with save_on_each_node, each node's disk needs its own
         checkpointer = None
         if async_save:
@@ -244,12 +224,12 @@ class CheckpointingMixin:
                 self._async_checkpointer = AsyncCheckpointer()
             checkpointer = self._async_checkpointer
             checkpointer.group(self.state.use_distributed)  # a collective: before anything that may fail
-        if sharded:  # a collective: before anything that could fail on one rank only
+        if to_save.sharded:  # a collective: before anything that could fail on one rank only
             if checkpointer is None:
-                for name in fsdp.save_shards(job.temp, self._models, self._optimizers, self.state.process_index):
+                for name in backend.write_shards(job.temp, self._models, self._optimizers, self.state.process_index):
                     job.records[name] = hash_file(os.path.join(job.temp, name), default_algorithm())
             else:
-                job.shard_files = fsdp.async_save_shards(
+                job.shard_files = backend.write_shards_async(
                     job.temp, self._models, self._optimizers, self.state.process_index,
                     lambda name: checkpointer.shard_channel(name, self.state.use_distributed))
         if custom_error is not None:  # user code too: may have failed on one rank only
@@ -258,7 +238,7 @@ class CheckpointingMixin:
             hook(self._models, weights, job.temp)
         state = capture_state(step=self.step, rng_state=rng_state, models=self._models,
                               dataloaders=self._dataloaders, shared=job.writer, weights=weights,
-                              optimizers=optimizers, schedulers=self._schedulers, scaler=self.scaler,
+                              optimizers=to_save.optimizers, schedulers=self._schedulers, scaler=self.scaler,
                               custom=custom, safe_serialization=safe_serialization)
         if checkpointer is None:
             return state
@@ -411,7 +391,7 @@ class CheckpointingMixin:
             folders.check_sizes(folder, manifest)
             check = self.state.is_local_main_process
             counts = {"num_models": len(self._models),
-                      "num_optimizers": 0 if _holds_shards(manifest) else len(self._optimizers)}
+                      "num_optimizers": 0 if holds_shards(manifest) else len(self._optimizers)}
             in_read = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
             checked = folders.start_checksums(folder, manifest, pool, skip=in_read) if check else None
             try:
@@ -436,29 +416,11 @@ class CheckpointingMixin:
         models = list(self._models)
         for hook in self._load_model_state_pre_hook.values():
             hook(models, loaded.folder)
-        # FSDP shards (any number of processes may have written them) or full files, into sharded models or not.
-        fsdp = _fsdp_io(self.state.fsdp_plugin, loaded.manifest)  # not None whenever the checkpoint holds shards
-        sharded = _holds_shards(loaded.manifest)
-        if sharded:
-            fsdp.load_shards(loaded.folder, models, self._optimizers, self._models, strict=strict)
-        for i, model in enumerate([] if sharded else models):
-            if i not in loaded.models:
-                raise CheckpointError(f"Checkpoint {loaded.folder} has no weights for model {i} (model.safetensors "
-                                      "/ pytorch_model.bin): prepare the same models as when it was saved.")
-            if fsdp is None:
-                name = loaded.model_files[i]
-                if not (name.endswith(".safetensors")
-                        and read_into_module(model, os.path.join(loaded.folder, name), strict, pool)):
-                    model.load_state_dict(loaded.models[i], strict=strict)
-            else:
-                fsdp.load_model_weights(model, loaded.models[i], strict=strict)
+        # Shards (any number of processes may have written them) or full files, into sharded models or not.
+        self.backend.load_models(loaded.folder, loaded.manifest, loaded.models, loaded.model_files, models,
+                                 loaded.optimizers, self._optimizers, self._models, strict, pool)
         for i, model in enumerate(self._models):
             restore_gradients(model, loaded.gradients.get(i))
-        for optimizer, state in zip(self._optimizers, loaded.optimizers):
-            if fsdp is None:
-                optimizer.load_state_dict(state)
-            else:
-                fsdp.load_optimizer_state(optimizer, state, self._models)
         for scheduler, state in zip(self._schedulers, loaded.schedulers):
             scheduler.load_state_dict(state)
         if self.scaler is not None and loaded.scaler is not None:

@@ -1,10 +1,9 @@
-"""The one seam where backends differ: wrapping a model for DDP (or FSDP2), pausing its gradient sync, and
-unwrapping it again."""
+"""DDP's wrapper (made, released with the process group, forced to sync in a backward) and unwrapping a model
+from DDP / DataParallel / torch.compile. The backends (``engine.backends``) decide when each is used."""
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -50,31 +49,6 @@ def wrap_ddp(model: torch.nn.Module, state: PartialState, handler: DistributedDa
     _DDP_WRAPPERS.add(ddp)
     state.register_teardown(release_ddp_wrappers)
     return ddp
-
-
-def is_fsdp2(model: torch.nn.Module) -> bool:
-    # Nothing can be sharded before torch.distributed.fsdp was imported, and importing it only to check costs
-    # most of a second: look in sys.modules instead.
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
-
-
-@contextlib.contextmanager
-def no_sync(model: torch.nn.Module, use_distributed: bool) -> Iterator[None]:
-    """Accumulate gradients locally: DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``."""
-    if not use_distributed:
-        yield
-    elif isinstance(model, DistributedDataParallel):
-        with model.no_sync():
-            yield
-    elif is_fsdp2(model):
-        model.set_requires_gradient_sync(False)  # type: ignore[operator]
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)  # type: ignore[operator]
-    else:
-        yield
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ def _core_checks(tmp: str) -> dict[str, Any]:
         "type": acc.distributed_type, "backend": acc.state.backend, "n": acc.num_processes,
         "local": acc.local_process_index, "device": str(acc.device), "use_distributed": acc.use_distributed,
         "main": acc.is_main_process, "last": acc.is_last_process, "repr_first": repr(acc.state).splitlines()[0],
+        "backend_object": type(acc.backend).__name__,
     }
     assert acc.distributed_type == DistributedType.MULTI_CPU
     # gather: 0-d becomes 1-d, rank order; non-tensors raise TypeError
@@ -101,6 +102,7 @@ def test_core_on_two_processes(run_distributed, tmp_path: Path) -> None:
     r0, r1 = run_distributed(_core_checks, 2, str(tmp_path))
     assert (r0["n"], r1["n"]) == (2, 2) and (r0["local"], r1["local"]) == (0, 1)
     assert r0["backend"] == "gloo" and r0["device"] == r1["device"] == "cpu:0" and r0["use_distributed"]
+    assert r0["backend_object"] == r1["backend_object"] == "DDP"  # the one object that owns what DDP changes
     assert (r0["main"], r1["main"], r0["last"], r1["last"]) == (True, False, False, True)
     assert r0["repr_first"] == "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo"
     assert r0["gather0d"] == r1["gather0d"] == [0.0, 1.0]

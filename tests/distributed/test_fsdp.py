@@ -117,7 +117,8 @@ def _save_then_continue(folder: str, use_fsdp: bool, state_dict_type: str = "SHA
     model, opt = acc.prepare(model, opt)
     _run_steps(acc, model, opt, 0, 3)
     acc.save_state(folder)
-    return {"after": _run_steps(acc, model, opt, 3, 3), "files": sorted(os.listdir(folder))}
+    return {"after": _run_steps(acc, model, opt, 3, 3), "files": sorted(os.listdir(folder)),
+            "backend": type(acc.backend).__name__}
 
 
 def _load_then_continue(folder: str, use_fsdp: bool) -> dict[str, Any]:
@@ -138,6 +139,7 @@ def test_sharded_checkpoint_2_to_1_and_1_to_2(run_distributed: Any, tmp_path: An
     saved_by_2 = run_distributed(_save_then_continue, 2, two, True)
     assert {"pytorch_model_fsdp_0", "optimizer_0", "manifest.json"} <= set(saved_by_2[0]["files"])
     assert "model.safetensors" not in saved_by_2[0]["files"]
+    assert saved_by_2[0]["backend"] == "FSDP2"
     manifest = json.loads((tmp_path / "saved_by_2" / "manifest.json").read_text())
     assert {"pytorch_model_fsdp_0/__0_0.distcp", "pytorch_model_fsdp_0/__1_0.distcp",
             "pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata"} <= set(manifest["files"])

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine import Accelerator, accelerator_checkpoint, checkpoint_state, checkpointing
+from engine import Accelerator, checkpoint_state, checkpointing
+from engine.backends import base as backend_base
 from engine.checkpoint_direct import read_into_module, read_torch_file
 from engine.checkpoint_io import CorruptCheckpointError, save_safetensors, save_torch
 
@@ -69,8 +70,8 @@ def test_declined_cases_change_nothing(tmp_path: Path) -> None:
 
 def test_load_state_takes_the_fast_path_and_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     taken: list[bool] = []
-    real = accelerator_checkpoint.read_into_module
-    monkeypatch.setattr(accelerator_checkpoint, "read_into_module",
+    real = backend_base.read_into_module  # the backends read safetensors weights straight into the parameters
+    monkeypatch.setattr(backend_base, "read_into_module",
                         lambda *args: taken.append(real(*args)) or taken[-1])
     for model in (torch.nn.Linear(3, 4), torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))):
         acc = Accelerator(cpu=True)

@@ -78,10 +78,10 @@ class Checkpointer:
             self._queue.append(fn)
 
     def flush(self, stepped: bool) -> None:
-        """Run what waits for a boundary. Under FSDP2 only after an optimizer step (the engine cannot save
-        sharded gradients mid-accumulation), so such saves wait for the end of the accumulation window."""
+        """Run what waits for a boundary. Where the backend cannot save mid-accumulation (FSDP2's sharded
+        gradients) only after an optimizer step, so such saves wait for the end of the accumulation window."""
         queue = self._queue
-        if not queue or (not stepped and self.accelerator.is_fsdp2):
+        if not queue or (not stepped and not self.accelerator.backend.saves_mid_accumulation):
             return
         self._queue = None  # saves asked for while flushing happen at once: this is the boundary
         try:

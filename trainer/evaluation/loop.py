@@ -32,7 +32,8 @@ class EvaluationLoop:
         # Lightning's Trainer(inference_mode=True): evaluation runs under torch.inference_mode (else no_grad).
         # Not under FSDP2 (as Lightning's FSDP strategy): the parameters it gathers in an evaluation forward would
         # be inference tensors, which the next training forward cannot update in place.
-        self.grad_off = torch.inference_mode if inference_mode and not accelerator.is_fsdp2 else torch.no_grad
+        self.grad_off = (torch.inference_mode if inference_mode and accelerator.backend.allows_inference_mode
+                         else torch.no_grad)
 
     def run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         """One validation or test run (or the sanity check): every loader's batches, then the epoch metrics."""

@@ -1,0 +1,168 @@
+"""``Backend``: the behaviour every backend shares, and the seams where one differs (see ``engine.backends``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.checkpoint_direct import read_into_module
+from engine.checkpoint_io import CheckpointError
+from engine.parallel import unwrap
+from engine.state import AcceleratorState, DistributedType
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def holds_shards(manifest: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint stores its models / optimizers as FSDP shards (``engine.fsdp_checkpoint``'s folders)."""
+    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name for name in manifest["files"])
+
+
+@dataclass
+class ModelsToSave:
+    """What ``save_state`` writes for the models and optimizers, taken by ``Backend.models_to_save``.
+
+    ``weights`` (full state dicts) become ``model.safetensors``..., each of ``optimizers`` has its
+    ``state_dict()`` written as ``optimizer.bin``...; with ``sharded`` both lists are empty and the backend writes
+    its own files instead (``Backend.write_shards``).
+    """
+
+    weights: list[Mapping[str, torch.Tensor]] = field(default_factory=list)
+    optimizers: list[Any] = field(default_factory=list)
+    sharded: bool = False
+
+
+class Backend:
+    """How models run here; this base is the behaviour shared by every backend, which override what differs.
+
+    Args:
+        state: the process's ``AcceleratorState`` (device, process group, plugins).
+    """
+
+    distributed_type: DistributedType = DistributedType.NO
+    #: ``prepare`` moves models to the device unless told otherwise (FSDP2 places shards itself).
+    places_models: bool = True
+    #: ``save_state`` may run between the micro-steps of an accumulation window (not where the gradients
+    #: accumulated under ``no_sync`` live in buffers that cannot be saved: FSDP2).
+    saves_mid_accumulation: bool = True
+    #: Evaluation may run under ``torch.inference_mode`` (not where an evaluation forward gathers parameters
+    #: that the next training step must update in place: FSDP2).
+    allows_inference_mode: bool = True
+
+    def __init__(self, state: AcceleratorState) -> None:
+        self.state = state
+
+    # -- models and optimizers ----------------------------------------------------------------------------------
+    def wrap_model(self, model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> torch.nn.Module:
+        """``model`` made ready to train here (``optimizers``: those prepared earlier, which may need to follow
+        its parameters). One process: the model itself."""
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[torch.nn.Module]) -> None:
+        """Make ``optimizer`` update the parameters ``models`` train with (after ``wrap_model``)."""
+
+    def unwrap(self, model: Any, keep_torch_compile: bool = True) -> Any:
+        """The user's module inside what ``wrap_model`` (or DDP / DataParallel elsewhere) put around it."""
+        return unwrap(model, keep_torch_compile=keep_torch_compile)
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """``model``'s complete state dict (a collective where parameters are sharded: every rank calls it)."""
+        return model.state_dict()
+
+    # -- the training step --------------------------------------------------------------------------------------
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Accumulate gradients locally inside the block (nothing to pause in one process)."""
+        return _NO_CONTEXT
+
+    @contextlib.contextmanager
+    def sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """Make the next backward synchronise gradients even inside ``no_sync`` (nothing to do here)."""
+        yield
+
+    def backward(self, loss: torch.Tensor, scaler: Any, **kwargs: Any) -> None:
+        """``loss.backward()``, scaled by ``scaler`` (fp16) when there is one."""
+        if scaler is not None:
+            scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float, norm_type: float) -> torch.Tensor:
+        """Clip the (unscaled) gradients to a total norm; returns the norm before clipping, as a plain tensor."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
+        """Clamp every (unscaled) gradient element to ``[-clip_value, clip_value]``."""
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def models_to_save(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
+                       sync_gradients: bool) -> ModelsToSave:
+        """What ``save_state`` writes for ``models`` and ``optimizers`` (a collective: every rank calls it).
+
+        Full weights and optimizer states, unless an FSDP plugin asks for ``SHARDED_STATE_DICT``: then models and
+        optimizers are written as ``torch.distributed.checkpoint`` shards (by any number of processes, one
+        included, so every run of a script writes the layout the others read).
+        """
+        plugin = self.state.fsdp_plugin
+        if plugin is None:
+            return ModelsToSave(weights=[self.full_state_dict(model) for model in models],
+                                optimizers=list(optimizers))
+        from engine import fsdp_checkpoint  # torch.distributed.checkpoint: imported only with a plugin
+
+        sharded, to_save = fsdp_checkpoint.prepare_save(plugin, models, optimizers, sync_gradients)
+        if sharded:
+            return ModelsToSave(sharded=True)
+        return ModelsToSave(weights=[self.full_state_dict(model) for model in models], optimizers=to_save)
+
+    def write_shards(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
+                     rank: int) -> list[str]:
+        """Write this rank's shards into ``folder`` (when ``models_to_save`` said so); returns their paths."""
+        from engine import fsdp_checkpoint
+
+        return fsdp_checkpoint.save_shards(folder, models, optimizers, rank)
+
+    def write_shards_async(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
+                           rank: int, channel: Callable[[str], tuple[Any, Any]]) -> Callable[[], list[str]]:
+        """``write_shards`` in the background; the returned function waits for it and gives the files."""
+        from engine import fsdp_checkpoint
+
+        return fsdp_checkpoint.async_save_shards(folder, models, optimizers, rank, channel)
+
+    def load_models(self, folder: str, manifest: Mapping[str, Any], weights: Mapping[int, Any],
+                    weight_files: Mapping[int, str], models: Sequence[torch.nn.Module], optimizer_states: list[Any],
+                    optimizers: Sequence[Any], owners: Sequence[torch.nn.Module], strict: bool,
+                    pool: Executor | None) -> None:
+        """Load what ``load_state`` read into the live models and optimizers.
+
+        ``weights[i]`` / ``weight_files[i]`` are model ``i``'s full state and its file, ``optimizer_states`` the
+        optimizers' states; a checkpoint of FSDP shards (any number of processes may have written it) is read
+        from ``folder`` here instead, into sharded models or not. ``owners`` are every prepared model (the
+        optimizers' parameters are named within them).
+        """
+        if holds_shards(manifest):
+            from engine import fsdp_checkpoint
+
+            fsdp_checkpoint.load_shards(folder, models, optimizers, owners, strict=strict)
+            return
+        for i, model in enumerate(models):
+            if i not in weights:
+                raise CheckpointError(f"Checkpoint {folder} has no weights for model {i} (model.safetensors / "
+                                      "pytorch_model.bin): prepare the same models as when it was saved.")
+            self._load_weights(model, weights[i], os.path.join(folder, weight_files[i]), strict, pool)
+        for optimizer, state in zip(optimizers, optimizer_states):
+            self._load_optimizer(optimizer, state, owners)
+
+    def _load_weights(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: str, strict: bool,
+                      pool: Executor | None) -> None:
+        # Safetensors weights are read straight into the parameters when the layout allows (no second copy).
+        if not (path.endswith(".safetensors") and read_into_module(model, path, strict, pool)):
+            model.load_state_dict(state, strict=strict)
+
+    def _load_optimizer(self, optimizer: Any, state: Any, owners: Sequence[torch.nn.Module]) -> None:
+        optimizer.load_state_dict(state)
