@@ -20,6 +20,7 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
+from engine.deepspeed_plugin import DeepSpeedPlugin
 from engine.operations import (
     DistributedOperationException,
     broadcast,
@@ -69,6 +70,7 @@ __all__ = [
     "DataLoaderConfiguration",
     "DataLoaderDispatcher",
     "DataLoaderShard",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",

@@ -29,7 +29,9 @@ from engine.config import (
     InitProcessGroupKwargs,
     KwargsHandler,
     ProjectConfiguration,
+    merge_dataloader_config,
 )
+from engine.deepspeed_plugin import DeepSpeedPlugin
 from engine.environment import EngineEnvironment
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import extract_model_from_parallel, unwrap
@@ -46,7 +48,7 @@ from engine.state import AcceleratorState, DistributedType, GradientState
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
-_UNSUPPORTED = "Ember supports DDP and FSDP2 (FullyShardedDataParallelPlugin)"
+_UNSUPPORTED = "Ember supports DDP, FSDP2 (FullyShardedDataParallelPlugin) and DeepSpeed (DeepSpeedPlugin)"
 
 
 def _check_preparable(obj: Any) -> None:
@@ -86,8 +88,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                  use_seedable_sampler: bool = _UNSET, step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: list[KwargsHandler] | None = None, dynamo_backend: str | None = None,
                  dynamo_plugin: Any = None, parallelism_config: Any = None) -> None:
-        for name, value in (("deepspeed_plugin", deepspeed_plugin), ("megatron_lm_plugin", megatron_lm_plugin),
-                            ("parallelism_config", parallelism_config)):
+        for name, value in (("megatron_lm_plugin", megatron_lm_plugin), ("parallelism_config", parallelism_config)):
             if value is not None:
                 raise NotImplementedError(f"{name} is not supported: {_UNSUPPORTED}. Remove `{name}=`.")
         mixed_precision = validate_precision(mixed_precision)
@@ -112,14 +113,27 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             from engine.fsdp import FullyShardedDataParallelPlugin
 
             fsdp_plugin = FullyShardedDataParallelPlugin()
+        if deepspeed_plugin is None and environment.use_deepspeed:
+            deepspeed_plugin = DeepSpeedPlugin()  # configured by ACCELERATE_DEEPSPEED_* (ember launch sets them)
+        if deepspeed_plugin is not None:
+            if not isinstance(deepspeed_plugin, DeepSpeedPlugin):
+                raise TypeError(f"Accelerator(deepspeed_plugin=...) takes an engine.DeepSpeedPlugin. Received: "
+                                f"{type(deepspeed_plugin).__name__}.")
+            if fsdp_plugin is not None:
+                raise ValueError("Accelerator(deepspeed_plugin=..., fsdp_plugin=...) asks for two backends: pass one.")
+            # The DeepSpeed config decides the precision it trains in (as in Accelerate): bf16 / fp16 sections.
+            mixed_precision = deepspeed_plugin.set_mixed_precision(mixed_precision or "no")
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
+                                      deepspeed_plugin=deepspeed_plugin,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
                                       **init_kwargs)
         self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
         self.backend: Backend = select_backend(self.state, self.ddp_handler)  # what differs between backends
         self.device_placement = device_placement
-        self.dataloader_config = self._merge_dataloader_config(dataloader_config, split_batches, dispatch_batches,
-                                                               even_batches, use_seedable_sampler)
+        given = {k: v for k, v in (("split_batches", split_batches), ("dispatch_batches", dispatch_batches),
+                                   ("even_batches", even_batches), ("use_seedable_sampler", use_seedable_sampler))
+                 if v is not _UNSET}
+        self.dataloader_config = merge_dataloader_config(dataloader_config, given)
 
         if gradient_accumulation_plugin is not None:
             if gradient_accumulation_steps != 1:
@@ -165,25 +179,6 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                 raise ValueError(f"You can only pass one {kind.__name__} in `kwargs_handlers`, got two.")
             found[kind] = handler
         return found
-
-    @staticmethod
-    def _merge_dataloader_config(config: DataLoaderConfiguration | None, split_batches: Any, dispatch_batches: Any,
-                                 even_batches: Any, use_seedable_sampler: Any) -> DataLoaderConfiguration:
-        """Honour the direct keywords (Accelerate ignores ``split_batches=``); a conflict with the config raises."""
-        given = {k: v for k, v in (("split_batches", split_batches), ("dispatch_batches", dispatch_batches),
-                                   ("even_batches", even_batches), ("use_seedable_sampler", use_seedable_sampler))
-                 if v is not _UNSET}
-        if config is None:
-            return DataLoaderConfiguration(**given)
-        for key, value in given.items():
-            # A dataclass cannot tell an explicit False from its default, so any disagreement between the two
-            # places is a conflict: which one was meant cannot be known.
-            configured = getattr(config, key)
-            if configured != value:
-                raise ValueError(f"Accelerator({key}={value!r}) contradicts dataloader_config=DataLoaderConfiguration"
-                                 f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
-                                 "DataLoaderConfiguration).")
-        return config
 
     # -- what the process is ----------------------------------------------------------------------------------
     @property
@@ -302,9 +297,53 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         # except objects that look preparable but would silently stay unprepared: those fail now.
         for obj in args:
             _check_preparable(obj)
+        if self.backend.prepares_jointly:
+            return self._prepare_jointly(args, device_placement)
         first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
         result = [self._prepare_one(obj, placement) for obj, placement in zip(first, device_placement)]
         return result[0] if len(result) == 1 else tuple(result)
+
+    def _prepare_jointly(self, args: tuple[Any, ...], device_placement: list[Any]) -> Any:
+        """``prepare`` for a backend that builds the model, optimizer and scheduler together (DeepSpeed)."""
+        if any(placement is not None for placement in device_placement):
+            raise ValueError("You can't customize device placements with DeepSpeed or Megatron-LM.")
+        result = [self._prepare_one(obj, None, first_pass=True) if isinstance(obj, DataLoader) else obj
+                  for obj in args]
+        from engine.deepspeed_plugin import DummyOptim, DummyScheduler
+
+        model = next((obj for obj in result if isinstance(obj, torch.nn.Module)), None)
+        if model is None:
+            return result[0] if len(result) == 1 else tuple(result)
+        optimizer = next((obj for obj in result if isinstance(obj, (torch.optim.Optimizer, DummyOptim))), None)
+        scheduler = next((obj for obj in result if _is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
+        # The DeepSpeed config's accumulation steps win over the Accelerator's (as in Accelerate, with a warning).
+        self.gradient_accumulation_steps = self.backend.accumulation_steps(self.gradient_accumulation_steps)
+        if self.native_amp:
+            wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
+        loaders = [obj for obj in args if isinstance(obj, DataLoader)]
+        prepared = self.backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.num_processes,
+                                        split_batches=self.split_batches)
+        self._models.append(prepared.engine)
+        prepared.engine._is_accelerate_prepared = True
+        swaps: dict[int, Any] = {id(model): prepared.engine}
+        if optimizer is not None and prepared.optimizer is not None:
+            self._optimizers.append(prepared.optimizer)
+            swaps[id(optimizer)] = prepared.optimizer
+        if scheduler is not None:
+            if not prepared.deepspeed_scheduler:  # a torch scheduler: stepped by the user, as under DDP
+                prepared.scheduler = AcceleratedScheduler(prepared.scheduler, self._optimizers,
+                                                          step_with_optimizer=self.step_scheduler_with_optimizer,
+                                                          split_batches=self.split_batches)
+                self._schedulers.append(prepared.scheduler)
+            swaps[id(scheduler)] = prepared.scheduler
+        self.deepspeed_config = self.state.deepspeed_plugin.deepspeed_config
+        result = [swaps.get(id(obj), obj) for obj in result]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    @property
+    def deepspeed_plugin(self) -> DeepSpeedPlugin | None:
+        """The ``DeepSpeedPlugin`` (None without DeepSpeed)."""
+        return self.state.deepspeed_plugin
 
     def _prepare_one(self, obj: Any, device_placement: bool | None, first_pass: bool = False) -> Any:
         if getattr(obj, "_is_accelerate_prepared", False):
@@ -406,8 +445,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> torch.nn.Module:
-        """The user's module without the DDP (and, optionally, autocast / compile) wrappers."""
-        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
+        """The user's module without the DDP / DeepSpeed (and, optionally, autocast / compile) wrappers."""
+        return extract_model_from_parallel(self.backend.unwrap(model, keep_torch_compile=keep_torch_compile),
+                                           keep_fp32_wrapper, keep_torch_compile)
 
     # -- the training step ------------------------------------------------------------------------------------
     def _do_sync(self) -> None:
@@ -453,9 +493,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
         steps = self.gradient_state.num_steps
-        if steps > 1:
+        if steps > 1 and not self.backend.scales_loss:
             loss = loss / steps
-        self.backend.backward(loss, self.scaler, **kwargs)
+        self.backend.backward(loss, self.scaler, sync=self.gradient_state.sync_gradients, **kwargs)
 
     def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
         raise NotImplementedError("lomo_backward is not supported by Ember: LOMO optimizers are out of scope. Use "

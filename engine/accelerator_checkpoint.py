@@ -330,7 +330,8 @@ class CheckpointingMixin:
         # Two threads read, and check, side by side: loading is bound by memory bandwidth, not by one core.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-load") as pool:
             def load(folder: str) -> None:
-                self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool), strict, pool)
+                self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool), strict, pool,
+                            allow_unsafe_pickle)
 
             if input_dir is not None:  # an explicit folder is never swapped for another
                 load(candidates[0])
@@ -411,14 +412,15 @@ class CheckpointingMixin:
         assert loaded is not None
         return loaded
 
-    def _apply(self, loaded: LoadedCheckpoint, strict: bool, pool: Executor | None = None) -> None:
+    def _apply(self, loaded: LoadedCheckpoint, strict: bool, pool: Executor | None = None,
+               allow_unsafe_pickle: bool = False) -> None:
         """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards."""
         models = list(self._models)
         for hook in self._load_model_state_pre_hook.values():
             hook(models, loaded.folder)
         # Shards (any number of processes may have written them) or full files, into sharded models or not.
         self.backend.load_models(loaded.folder, loaded.manifest, loaded.models, loaded.model_files, models,
-                                 loaded.optimizers, self._optimizers, self._models, strict, pool)
+                                 loaded.optimizers, self._optimizers, self._models, strict, pool, allow_unsafe_pickle)
         for i, model in enumerate(self._models):
             restore_gradients(model, loaded.gradients.get(i))
         for scheduler, state in zip(self._schedulers, loaded.schedulers):

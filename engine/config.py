@@ -249,3 +249,19 @@ class AutocastKwargs(KwargsHandler):
 
     enabled: bool = True
     cache_enabled: bool | None = None
+
+
+def merge_dataloader_config(config: DataLoaderConfiguration | None, given: dict[str, Any]) -> DataLoaderConfiguration:
+    """The data loader settings from ``Accelerator(split_batches=..., ...)`` keywords (``given``: only those passed)
+    and ``dataloader_config``; a conflict between the two raises (Accelerate ignores ``split_batches=``)."""
+    if config is None:
+        return DataLoaderConfiguration(**given)
+    for key, value in given.items():
+        # A dataclass cannot tell an explicit False from its default, so any disagreement between the two
+        # places is a conflict: which one was meant cannot be known.
+        configured = getattr(config, key)
+        if configured != value:
+            raise ValueError(f"Accelerator({key}={value!r}) contradicts dataloader_config=DataLoaderConfiguration"
+                             f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
+                             "DataLoaderConfiguration).")
+    return config

@@ -16,7 +16,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -142,6 +142,10 @@ class EngineEnvironment:
     use_fsdp: bool  # ACCELERATE_USE_FSDP (what `ember launch --use-fsdp` sets)
     gradient_accumulation_steps: str | None  # ACCELERATE_GRADIENT_ACCUMULATION_STEPS
     fork_launched: bool  # FORK_LAUNCHED
+    use_deepspeed: bool = False  # ACCELERATE_USE_DEEPSPEED (what `ember launch --use_deepspeed` sets)
+    # DeepSpeedPlugin's settings as `accelerate launch` passes them: every ACCELERATE_DEEPSPEED_* variable, and
+    # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND (raw text; its steps are gradient_accumulation_steps).
+    deepspeed: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -162,6 +166,9 @@ class EngineEnvironment:
             use_fsdp=env.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"),
             gradient_accumulation_steps=env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
             fork_launched=read_fork_launched(env),
+            use_deepspeed=env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"),
+            deepspeed={k: v for k, v in env.items() if k.startswith("ACCELERATE_DEEPSPEED_") or k in (
+                "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND")},
         )
 
 

@@ -359,6 +359,7 @@ class _AcceleratorRecord:
     mixed_precision: str
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
+    deepspeed_plugin: Any = None
 
 
 class AcceleratorState:
@@ -390,9 +391,11 @@ class AcceleratorState:
                              "`accelerator = Accelerator()` before using any functionality from the "
                              "`AcceleratorState`.")
         precision = (mixed_precision or env.mixed_precision or "no").lower()
-        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin)
+        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin)
         if fsdp_plugin is not None and self._partial.use_distributed:
             self._partial.distributed_type = DistributedType.FSDP
+        if deepspeed_plugin is not None:  # also in one process: DeepSpeed runs its engine there too
+            self._partial.distributed_type = DistributedType.DEEPSPEED
 
     def _check_initialized(self, mixed_precision: str | None = None, cpu: bool | None = None) -> None:
         if mixed_precision is not None and mixed_precision.lower() != self.mixed_precision:
@@ -433,6 +436,10 @@ class AcceleratorState:
         return self._record.dynamo_plugin
 
     @property
+    def deepspeed_plugin(self) -> Any:
+        return self._record.deepspeed_plugin
+
+    @property
     def debug(self) -> bool:
         return self._partial.debug
 
@@ -454,7 +461,10 @@ class AcceleratorState:
         return getattr(self._partial, name)
 
     def __repr__(self) -> str:
-        return repr(self._partial) + f"\nMixed precision type: {self.mixed_precision}\n"
+        text = repr(self._partial) + f"\nMixed precision type: {self.mixed_precision}\n"
+        if self.deepspeed_plugin is not None:
+            text += f"ds_config: {self.deepspeed_plugin.deepspeed_config}\n"
+        return text
 
 
 __all__ = ["AcceleratorState", "DistributedType", "GradientState", "PartialState"]

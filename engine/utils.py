@@ -27,6 +27,7 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
+from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from engine.imports import (
     compare_versions,
     is_aim_available,
@@ -113,9 +114,12 @@ __all__ = [
     "AutocastKwargs",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
+    "DummyOptim",
+    "DummyScheduler",
     "FullyShardedDataParallelPlugin",  # noqa: F822 - resolved lazily by __getattr__
     "GradScalerKwargs",
     "GradientAccumulationPlugin",

@@ -1,4 +1,4 @@
-"""One object per backend: what differs between running a model in one process, under DDP and under FSDP2.
+"""One object per backend: what differs between running a model in one process, under DDP, FSDP2 and DeepSpeed.
 
 The ``Accelerator`` holds one ``Backend`` (``accelerator.backend``), chosen once from the process group and the
 plugins, and delegates to it everything that differs between backends: wrapping a model, pausing gradient
@@ -20,14 +20,18 @@ __all__ = ["Backend", "select_backend"]
 
 
 def select_backend(state: AcceleratorState, ddp_handler: Any = None) -> Backend:
-    """The backend for this process: FSDP2 with a plugin and a process group, DDP with a process group, else a
-    single process.
+    """The backend for this process: DeepSpeed with its plugin, FSDP2 with a plugin and a process group, DDP with
+    a process group, else a single process.
 
     Example:
         >>> from engine import Accelerator
         >>> type(Accelerator(cpu=True).backend).__name__
         'SingleProcess'
     """
+    if state.distributed_type == DistributedType.DEEPSPEED:
+        from engine.backends.deepspeed import DeepSpeed
+
+        return DeepSpeed(state, state.deepspeed_plugin)
     if state.distributed_type == DistributedType.FSDP:
         from engine.backends.fsdp2 import FSDP2
 

@@ -20,8 +20,9 @@ _NO_CONTEXT = contextlib.nullcontext()
 
 
 def holds_shards(manifest: Mapping[str, Any]) -> bool:
-    """Whether a checkpoint stores its models / optimizers as FSDP shards (``engine.fsdp_checkpoint``'s folders)."""
-    return any(name.startswith(("pytorch_model_fsdp_", "optimizer_")) and "/" in name for name in manifest["files"])
+    """Whether a checkpoint stores its models / optimizers in a backend's own sub-folders (FSDP's DCP shards in
+    ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/``, DeepSpeed's ``pytorch_model/``) instead of full files."""
+    return any(name.startswith(("pytorch_model", "optimizer_")) and "/" in name for name in manifest["files"])
 
 
 @dataclass
@@ -54,6 +55,10 @@ class Backend:
     #: Evaluation may run under ``torch.inference_mode`` (not where an evaluation forward gathers parameters
     #: that the next training step must update in place: FSDP2).
     allows_inference_mode: bool = True
+    #: ``prepare`` builds the model, optimizer and scheduler together (``DeepSpeed.prepare``), not one by one.
+    prepares_jointly: bool = False
+    #: ``backward`` divides each micro-step's loss by the accumulation steps itself (the caller must not).
+    scales_loss: bool = False
 
     def __init__(self, state: AcceleratorState) -> None:
         self.state = state
@@ -85,8 +90,9 @@ class Backend:
         """Make the next backward synchronise gradients even inside ``no_sync`` (nothing to do here)."""
         yield
 
-    def backward(self, loss: torch.Tensor, scaler: Any, **kwargs: Any) -> None:
-        """``loss.backward()``, scaled by ``scaler`` (fp16) when there is one."""
+    def backward(self, loss: torch.Tensor, scaler: Any, sync: bool = True, **kwargs: Any) -> None:
+        """``loss.backward()``, scaled by ``scaler`` (fp16) when there is one; ``sync``: this micro-step closes the
+        accumulation window (a backend that steps inside backward needs it)."""
         if scaler is not None:
             scaler.scale(loss).backward(**kwargs)
         else:
@@ -137,7 +143,7 @@ class Backend:
     def load_models(self, folder: str, manifest: Mapping[str, Any], weights: Mapping[int, Any],
                     weight_files: Mapping[int, str], models: Sequence[torch.nn.Module], optimizer_states: list[Any],
                     optimizers: Sequence[Any], owners: Sequence[torch.nn.Module], strict: bool,
-                    pool: Executor | None) -> None:
+                    pool: Executor | None, allow_unsafe_pickle: bool = False) -> None:
         """Load what ``load_state`` read into the live models and optimizers.
 
         ``weights[i]`` / ``weight_files[i]`` are model ``i``'s full state and its file, ``optimizer_states`` the
@@ -146,6 +152,9 @@ class Backend:
         optimizers' parameters are named within them).
         """
         if holds_shards(manifest):
+            if "latest" in manifest["files"]:
+                raise CheckpointError(f"Checkpoint {folder} was written by DeepSpeed: load it with the same "
+                                      "DeepSpeedPlugin, or get its full weights with the zero_to_fp32.py it holds.")
             from engine import fsdp_checkpoint
 
             fsdp_checkpoint.load_shards(folder, models, optimizers, owners, strict=strict)

@@ -72,7 +72,9 @@ def test_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_arguments_name_the_value() -> None:
     with pytest.raises(ValueError, match="'fp32'"):
         Accelerator(mixed_precision="fp32")
-    with pytest.raises(NotImplementedError, match="DDP and FSDP2"):
+    with pytest.raises(NotImplementedError, match=r"DDP, FSDP2 \(FullyShardedDataParallelPlugin\) and DeepSpeed"):
+        Accelerator(megatron_lm_plugin=object())
+    with pytest.raises(TypeError, match="takes an engine.DeepSpeedPlugin. Received: object"):
         Accelerator(deepspeed_plugin=object())
     with pytest.raises(NotImplementedError, match="fp8"):
         Accelerator(mixed_precision="fp8")

@@ -35,6 +35,10 @@ def test_from_env_reads_every_variable_the_engine_uses() -> None:
     empty = EngineEnvironment.from_env({})
     assert empty.launch == LaunchInfo(0, 1, 0, 1, False) and not (empty.use_cpu or empty.use_fsdp)
     assert empty.mixed_precision is None and empty.gradient_accumulation_steps is None
+    deepspeed = EngineEnvironment.from_env({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+                                            "ACCELERATE_GRADIENT_CLIPPING": "0.5", "OTHER": "x"})
+    assert deepspeed.use_deepspeed and deepspeed.deepspeed == {"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+                                                               "ACCELERATE_GRADIENT_CLIPPING": "0.5"}
     # Accelerate's own test for ACCELERATE_USE_FSDP: "yes" is not true there, and so not here.
     assert not EngineEnvironment.from_env({"ACCELERATE_USE_FSDP": "yes"}).use_fsdp
 
