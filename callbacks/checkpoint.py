@@ -23,6 +23,7 @@ from callbacks.base import Callback
 from callbacks.protocols import TrainerView
 from engine import broadcast_object_list
 from engine import checkpointing as folders
+from engine.keywords import suggest_keywords
 
 _GROUP = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")  # "{name}" or "{name:spec}"; names may hold "/" and "."
 
@@ -59,6 +60,7 @@ def _number(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
+@suggest_keywords
 class ModelCheckpoint(Callback):
     """Save complete checkpoints during ``fit``; keep the best ``save_top_k`` by ``monitor`` and the last one.
 

@@ -31,6 +31,7 @@ from engine.config import (
     ProjectConfiguration,
 )
 from engine.environment import EngineEnvironment
+from engine.keywords import suggest_keywords
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import extract_model_from_parallel, unwrap
 from engine.precision import (
@@ -66,6 +67,7 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
+@suggest_keywords
 class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
