@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from engine.environment import describe
 from engine.launch import add_launch_commands, config_report
 from engine.launch_config import LaunchSettingError
+from engine.launch_settings import unknown_flag_message
 
 
 def _version(package: str) -> str:
@@ -54,8 +55,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "command line (needs the 'cli' extra; ember fit --help).")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("env", help="print versions, devices and the detected distributed environment")
-    add_launch_commands(commands)
-    args = parser.parse_args(argv)
+    launch_parsers = add_launch_commands(commands)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse would only say "unrecognized arguments": name the close match (or what to do instead of an
+        # accelerate launch flag Ember does not take). Arguments after the script are the script's, never here.
+        sub = launch_parsers.get(args.command, parser)
+        flags = [s for action in sub._actions for s in action.option_strings if s.startswith("--")]
+        problems = [unknown_flag_message(u, flags) for u in unknown if u.startswith("-")]
+        if not problems:
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}")
+        sub.exit(2, f"{sub.prog}: error: {'; '.join(problems)}\n")  # one line: the usage would bury it
     if args.command == "env":
         print(env_report())
         return 0
