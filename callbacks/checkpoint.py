@@ -447,6 +447,18 @@ class ModelCheckpoint(Callback):
                 "last_global_step_saved": self._last_global_step_saved,
                 "pending_removal": [_relative(p, directory) for p in self._pending_removal]}
 
+    @staticmethod
+    def best_path_in(state_dict: dict[str, Any], run_dir: str) -> str:
+        """``best_model_path`` of a saved ``state_dict``, resolved for the run folder ``run_dir``.
+
+        >>> ModelCheckpoint.best_path_in({"relative": True, "dirpath": "checkpoints",
+        ...                               "best_model_path": "epoch=1-step=8"}, "/runs/x")
+        '/runs/x/checkpoints/epoch=1-step=8'
+        """
+        if not state_dict.get("relative"):  # older checkpoints hold absolute paths
+            return str(state_dict["best_model_path"])
+        return _resolve(state_dict["best_model_path"], _resolve(state_dict["dirpath"], os.path.abspath(run_dir)))
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         relative = bool(state_dict.get("relative"))  # older checkpoints hold absolute paths
         saved_dir = _resolve(state_dict["dirpath"], self._run_dir or os.getcwd()) if relative else state_dict["dirpath"]
