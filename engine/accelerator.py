@@ -139,7 +139,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
 
         precision = self.state.mixed_precision
-        check_autocast_support(self.device, precision)
+        check_autocast_support(self.device, precision, environment.cpu_bf16)
         self.native_amp = precision in ("fp16", "bf16")
         self.scaler = make_grad_scaler(self.device, precision, self.scaler_handler)
 

@@ -142,6 +142,7 @@ class EngineEnvironment:
     use_fsdp: bool  # ACCELERATE_USE_FSDP (what `ember launch --use-fsdp` sets)
     gradient_accumulation_steps: str | None  # ACCELERATE_GRADIENT_ACCUMULATION_STEPS
     fork_launched: bool  # FORK_LAUNCHED
+    cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -162,6 +163,7 @@ class EngineEnvironment:
             use_fsdp=env.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"),
             gradient_accumulation_steps=env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
             fork_launched=read_fork_launched(env),
+            cpu_bf16=env.get("EMBER_CPU_BF16"),
         )
 
 
