@@ -14,12 +14,23 @@ from engine.launch import add_launch_commands, config_report
 from engine.launch_config import LaunchSettingError
 from engine.launch_settings import unknown_flag_message
 
+# What `ember env` lists: the required packages, then each optional one Ember can use (its extra, or the backend
+# being added), so a bug report says at once which are there. Each entry: (name shown, distributions tried).
+PACKAGES = (("tqdm", ("tqdm",)), ("safetensors", ("safetensors",)), ("numpy", ("numpy",)),
+            ("tensorboard", ("tensorboard",)), ("wandb", ("wandb",)), ("comet-ml", ("comet-ml",)),
+            ("mlflow", ("mlflow", "mlflow-skinny")), ("torchmetrics", ("torchmetrics",)),
+            ("jsonargparse", ("jsonargparse",)), ("deepspeed", ("deepspeed",)), ("torchao", ("torchao",)))
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+
+def _version(*distributions: str) -> str:
+    """The first installed distribution's version (named when it is not the first one tried)."""
+    for distribution in distributions:
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if distribution == distributions[0] else f"{version} ({distribution})"
+    return "not installed"
 
 
 def env_report() -> str:
@@ -42,8 +53,8 @@ def env_report() -> str:
     lines.append(f"MPS available: {bool(mps and mps.is_available())}")
     lines.append(f"torch.distributed: {torch.distributed.is_available()} (gloo: "
                  f"{torch.distributed.is_gloo_available()}, nccl: {torch.distributed.is_nccl_available()})")
-    for package in ("tensorboard", "wandb", "comet-ml", "tqdm", "safetensors", "numpy"):
-        lines.append(f"{package}: {_version(package)}")
+    for name, distributions in PACKAGES:
+        lines.append(f"{name}: {_version(*distributions)}")
     lines.extend(describe())
     lines.extend(config_report())
     return "\n".join(lines)

@@ -101,6 +101,26 @@ def test_config_files_are_checked(config_file: Path, tmp_path: Path) -> None:
         settings_from(str(tmp_path / "missing.yaml"), {})
 
 
+def test_ember_env_lists_every_optional_package(config_file: Path) -> None:
+    import importlib.metadata
+
+    report = env_report()
+    for name in ("torchmetrics", "mlflow", "jsonargparse", "deepspeed", "torchao", "tensorboard", "wandb",
+                 "comet-ml", "tqdm", "safetensors", "numpy"):
+        line = next(line for line in report.splitlines() if line.startswith(f"{name}: "))
+        assert line != f"{name}: " and (line.endswith("not installed") or line[len(name) + 2].isdigit()), line
+    # The `mlflow` extra installs the mlflow-skinny distribution: ember env finds it and names it.
+    installed = {}
+    for distribution in ("mlflow", "mlflow-skinny"):
+        try:
+            installed[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    expected = ("not installed" if not installed else installed["mlflow"] if "mlflow" in installed
+                else f"{installed['mlflow-skinny']} (mlflow-skinny)")
+    assert f"mlflow: {expected}\n" in report
+
+
 def test_ember_env_reports_the_launch_config(config_file: Path) -> None:
     assert f"Launch config: {config_file} (not written" in env_report()
     main(["config", "--nproc-per-node", "2"])
