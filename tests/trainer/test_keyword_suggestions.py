@@ -1,4 +1,4 @@
-"""The built-in callbacks (and the Trainer, once decorated) name the close match of a mistyped keyword."""
+"""The built-in callbacks name the close match of a mistyped keyword (the Trainer's: tests/trainer/test_facade.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from callbacks import (
     StochasticWeightAveraging,
     WeightAveraging,
 )
-from trainer import Trainer
 
 
 @pytest.mark.parametrize(("make", "typo", "meant"), [
@@ -40,11 +39,3 @@ def test_callbacks_name_the_close_match(make: object, typo: str, meant: str) -> 
 
 def test_weight_averaging_still_passes_averaged_model_keywords() -> None:
     assert WeightAveraging(avg_fn=get_ema_avg_fn(0.9))._kwargs.keys() == {"avg_fn"}
-
-
-@pytest.mark.xfail(strict=True, reason="trainer/trainer.py is the lead's: add @suggest_keywords above class Trainer "
-                                       "(engine.keywords), then remove this marker")
-def test_trainer_names_the_close_match() -> None:
-    with pytest.raises(TypeError) as caught:
-        Trainer(max_epoch=3)
-    assert str(caught.value) == "Trainer() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?"
