@@ -1,6 +1,6 @@
 """A small character-level transformer trained on Python's own standard library source, with Ember's Trainer.
 
-    python examples/char_lm.py                 # ~0.9 M parameters, 200 steps: ~4 minutes on 2 CPU cores
+    python examples/char_lm.py                 # ~0.9 M parameters, 200 steps: ~5 minutes on 2 CPU cores
     python examples/char_lm.py                 # again: resumes from the last checkpoint (or, if finished, samples)
     python examples/char_lm.py --max-steps 400 # train further from where the last run ended
 
