@@ -3,6 +3,10 @@
 Nothing here imports ``tqdm`` or a tracker backend at import time.
 """
 
+from ember_packages import check_siblings
+
+check_siblings("callbacks", __file__)  # first: a user's own file that hides a package imported below is named
+
 from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
 from callbacks.checkpoint import ModelCheckpoint

@@ -23,6 +23,7 @@ from callbacks.base import Callback
 from callbacks.protocols import TrainerView
 from engine import broadcast_object_list
 from engine import checkpointing as folders
+from engine.keywords import suggest_keywords
 
 _GROUP = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")  # "{name}" or "{name:spec}"; names may hold "/" and "."
 
@@ -59,6 +60,7 @@ def _number(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
+@suggest_keywords
 class ModelCheckpoint(Callback):
     """Save complete checkpoints during ``fit``; keep the best ``save_top_k`` by ``monitor`` and the last one.
 
@@ -444,6 +446,18 @@ class ModelCheckpoint(Callback):
                 "last_kept": self._last_kept, "current_score": self.current_score,
                 "last_global_step_saved": self._last_global_step_saved,
                 "pending_removal": [_relative(p, directory) for p in self._pending_removal]}
+
+    @staticmethod
+    def best_path_in(state_dict: dict[str, Any], run_dir: str) -> str:
+        """``best_model_path`` of a saved ``state_dict``, resolved for the run folder ``run_dir``.
+
+        >>> ModelCheckpoint.best_path_in({"relative": True, "dirpath": "checkpoints",
+        ...                               "best_model_path": "epoch=1-step=8"}, "/runs/x")
+        '/runs/x/checkpoints/epoch=1-step=8'
+        """
+        if not state_dict.get("relative"):  # older checkpoints hold absolute paths
+            return str(state_dict["best_model_path"])
+        return _resolve(state_dict["best_model_path"], _resolve(state_dict["dirpath"], os.path.abspath(run_dir)))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         relative = bool(state_dict.get("relative"))  # older checkpoints hold absolute paths

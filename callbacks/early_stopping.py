@@ -10,8 +10,10 @@ import torch
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
+from engine.keywords import suggest_keywords
 
 
+@suggest_keywords
 class EarlyStopping(Callback):
     """Stop training when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` checks.
 

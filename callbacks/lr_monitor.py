@@ -8,8 +8,10 @@ import torch
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
+from engine.keywords import suggest_keywords
 
 
+@suggest_keywords
 class LearningRateMonitor(Callback):
     """Log ``lr-<Optimizer>`` (``/pg<i>`` per extra param group) to the trackers.
 

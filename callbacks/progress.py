@@ -10,6 +10,7 @@ import torch
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
+from engine.keywords import suggest_keywords
 
 
 class _Progress:
@@ -31,6 +32,7 @@ class _Progress:
             self.bar = None
 
 
+@suggest_keywords
 class ProgressBar(Callback):
     """Shows progress and the ``prog_bar=True`` metrics, on the main process only.
 

@@ -9,6 +9,7 @@ bitwise the same average.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,14 @@ from torch.optim.swa_utils import SWALR, AveragedModel, get_ema_avg_fn, update_b
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
+from engine.keywords import keyword_error, suggest_keywords
 
 AvgFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# What WeightAveraging's **kwargs may hold: AveragedModel's arguments that the callback does not set itself.
+_AVERAGED_MODEL_KEYWORDS = ("avg_fn", "multi_avg_fn")
 
 
+@suggest_keywords
 class WeightAveraging(Callback):
     """Keep an ``AveragedModel`` of the module, updated after every optimizer step (override ``should_update``).
 
@@ -46,6 +51,11 @@ class WeightAveraging(Callback):
         if device is not None and not isinstance(device, (torch.device, str, int)):
             raise ValueError(f"{type(self).__name__}(device=...) must be a torch.device, a str or an int. "
                              f"Received: {device!r}.")
+        unknown = [name for name in kwargs if name not in _AVERAGED_MODEL_KEYWORDS]
+        if unknown:  # they go to AveragedModel at fit's setup: name the typo now, not when fit starts
+            accepted = [name for name, p in inspect.signature(type(self).__init__).parameters.items()
+                        if name != "self" and p.kind is not p.VAR_KEYWORD]
+            raise keyword_error(type(self).__name__, unknown[0], accepted + list(_AVERAGED_MODEL_KEYWORDS))
         self._device = torch.device(device) if isinstance(device, str) else device
         self._use_buffers = use_buffers
         self._kwargs = kwargs
@@ -149,6 +159,7 @@ class WeightAveraging(Callback):
             self._pending = average
 
 
+@suggest_keywords
 class EMAWeightAveraging(WeightAveraging):
     """An exponential moving average of the weights (Lightning 2.6's ``EMAWeightAveraging``).
 
@@ -188,6 +199,7 @@ class EMAWeightAveraging(WeightAveraging):
         return False
 
 
+@suggest_keywords
 class StochasticWeightAveraging(WeightAveraging):
     """Stochastic Weight Averaging: from epoch ``swa_epoch_start`` on, the learning rate anneals to ``swa_lrs``
     (``SWALR``) and the weights are averaged at every epoch end; at the end of ``fit`` the module gets the average

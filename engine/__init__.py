@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember_packages import check_siblings
+
+check_siblings("engine", __file__)  # first: a user's own file that hides a package imported below is named
+
 from engine.accelerator import Accelerator
 from engine.config import (
     AutocastKwargs,

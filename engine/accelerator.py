@@ -33,6 +33,7 @@ from engine.config import (
 )
 from engine.deepspeed_plugin import DeepSpeedPlugin
 from engine.environment import EngineEnvironment
+from engine.keywords import suggest_keywords
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import extract_model_from_parallel, unwrap
 from engine.precision import (
@@ -68,6 +69,7 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
+@suggest_keywords
 class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
@@ -151,7 +153,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
 
         precision = self.state.mixed_precision
-        check_autocast_support(self.device, precision)
+        check_autocast_support(self.device, precision, environment.cpu_bf16)
         self.native_amp = precision in ("fp16", "bf16")
         self.scaler = make_grad_scaler(self.device, precision, self.scaler_handler)
 

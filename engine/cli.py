@@ -12,13 +12,25 @@ from collections.abc import Sequence
 from engine.environment import describe
 from engine.launch import add_launch_commands, config_report
 from engine.launch_config import LaunchSettingError
+from engine.launch_settings import unknown_flag_message
+
+# What `ember env` lists: the required packages, then each optional one Ember can use (its extra, or the backend
+# being added), so a bug report says at once which are there. Each entry: (name shown, distributions tried).
+PACKAGES = (("tqdm", ("tqdm",)), ("safetensors", ("safetensors",)), ("numpy", ("numpy",)),
+            ("tensorboard", ("tensorboard",)), ("wandb", ("wandb",)), ("comet-ml", ("comet-ml",)),
+            ("mlflow", ("mlflow", "mlflow-skinny")), ("torchmetrics", ("torchmetrics",)),
+            ("jsonargparse", ("jsonargparse",)), ("deepspeed", ("deepspeed",)), ("torchao", ("torchao",)))
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+def _version(*distributions: str) -> str:
+    """The first installed distribution's version (named when it is not the first one tried)."""
+    for distribution in distributions:
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if distribution == distributions[0] else f"{version} ({distribution})"
+    return "not installed"
 
 
 def env_report() -> str:
@@ -41,8 +53,8 @@ def env_report() -> str:
     lines.append(f"MPS available: {bool(mps and mps.is_available())}")
     lines.append(f"torch.distributed: {torch.distributed.is_available()} (gloo: "
                  f"{torch.distributed.is_gloo_available()}, nccl: {torch.distributed.is_nccl_available()})")
-    for package in ("tensorboard", "wandb", "comet-ml", "tqdm", "safetensors", "numpy"):
-        lines.append(f"{package}: {_version(package)}")
+    for name, distributions in PACKAGES:
+        lines.append(f"{name}: {_version(*distributions)}")
     lines.extend(describe())
     lines.extend(config_report())
     return "\n".join(lines)
@@ -54,8 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "command line (needs the 'cli' extra; ember fit --help).")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("env", help="print versions, devices and the detected distributed environment")
-    add_launch_commands(commands)
-    args = parser.parse_args(argv)
+    launch_parsers = add_launch_commands(commands)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse would only say "unrecognized arguments": name the close match (or what to do instead of an
+        # accelerate launch flag Ember does not take). Arguments after the script are the script's, never here.
+        sub = launch_parsers.get(args.command, parser)
+        flags = [s for action in sub._actions for s in action.option_strings if s.startswith("--")]
+        problems = [unknown_flag_message(u, flags) for u in unknown if u.startswith("-")]
+        if not problems:
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}")
+        sub.exit(2, f"{sub.prog}: error: {'; '.join(problems)}\n")  # one line: the usage would bury it
     if args.command == "env":
         print(env_report())
         return 0

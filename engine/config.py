@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from engine.keywords import suggest_keywords
+
 
 class KwargsHandler:
     """Base of the ``*Kwargs`` handlers passed through ``Accelerator(kwargs_handlers=[...])``."""
@@ -25,6 +27,7 @@ class KwargsHandler:
         return {k: v for k, v in self.to_dict().items() if getattr(default, k) != v}
 
 
+@suggest_keywords
 @dataclass
 class GradientAccumulationPlugin(KwargsHandler):
     """How gradient accumulation behaves.
@@ -48,6 +51,7 @@ class GradientAccumulationPlugin(KwargsHandler):
                              f"{self.num_steps!r}.")
 
 
+@suggest_keywords
 @dataclass
 class DataLoaderConfiguration:
     """How ``prepare`` shards data loaders across processes (see ENGINE.md 2.4)."""
@@ -61,6 +65,7 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
 
 
+@suggest_keywords
 @dataclass
 class ProjectConfiguration:
     """Where logs and checkpoints go, and how checkpoints are named and rotated.
@@ -130,6 +135,7 @@ def _hook_type(value: Any, argument: str, allowed: tuple[DDPCommunicationHookTyp
     return member  # type: ignore[return-value]
 
 
+@suggest_keywords
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
     """Arguments for ``torch.nn.parallel.DistributedDataParallel`` and an optional communication hook.
@@ -215,6 +221,7 @@ def _check_power_sgd_options(options: dict[str, Any]) -> None:
                          f"arguments {unknown}; accepted: {accepted}.")
 
 
+@suggest_keywords
 @dataclass
 class GradScalerKwargs(KwargsHandler):
     """Arguments for ``torch.amp.GradScaler`` under fp16."""
@@ -226,6 +233,7 @@ class GradScalerKwargs(KwargsHandler):
     enabled: bool = True
 
 
+@suggest_keywords
 @dataclass
 class InitProcessGroupKwargs(KwargsHandler):
     """Arguments for ``torch.distributed.init_process_group``; ``timeout`` is applied to every collective."""
@@ -243,6 +251,7 @@ class InitProcessGroupKwargs(KwargsHandler):
                                  f"got {self.timeout!r}.")
 
 
+@suggest_keywords
 @dataclass
 class AutocastKwargs(KwargsHandler):
     """Arguments for ``torch.autocast`` in the forward wrapper and ``Accelerator.autocast()``."""

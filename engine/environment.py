@@ -146,6 +146,7 @@ class EngineEnvironment:
     # DeepSpeedPlugin's settings as `accelerate launch` passes them: every ACCELERATE_DEEPSPEED_* variable, and
     # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND (raw text; its steps are gradient_accumulation_steps).
     deepspeed: dict[str, str] = field(default_factory=dict)
+    cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -169,6 +170,7 @@ class EngineEnvironment:
             use_deepspeed=env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"),
             deepspeed={k: v for k, v in env.items() if k.startswith("ACCELERATE_DEEPSPEED_") or k in (
                 "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND")},
+            cpu_bf16=env.get("EMBER_CPU_BF16"),
         )
 
 

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from engine.keywords import suggest_keywords
+
 STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
 _PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -74,6 +76,7 @@ def _as_policy(value: Any) -> MixedPrecisionPolicy | str | None:
                     f"a torch.distributed.fsdp.MixedPrecisionPolicy, got {type(value).__name__}.")
 
 
+@suggest_keywords
 @dataclass
 class FullyShardedDataParallelPlugin:
     """How ``prepare`` shards models with FSDP2 (``torch.distributed.fsdp.fully_shard``).

@@ -10,6 +10,10 @@ promptly, so torchrun tears the whole group down within seconds instead of waiti
     ember config --nproc-per-node 2 --mixed-precision bf16      # saved defaults
     ember launch train.py --lr 0.1                              # uses them
     ember launch --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-endpoint node0:29400 train.py
+    ember launch --num_processes 8 --num_machines 2 --machine_rank 0 --main_process_ip node0 train.py  # the same
+
+Every flag takes torchrun's spelling and ``accelerate launch``'s (``engine.launch_settings``), and ``--config-file``
+reads the file ``accelerate config`` writes as well as Ember's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,15 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from engine.launch_config import LaunchConfig, default_config_path, load_config, save_config
+from engine.launch_config import (
+    DEEPSPEED_VARIABLES,
+    LaunchConfig,
+    LaunchSettingError,
+    default_config_path,
+    read_config_file,
+    save_config,
+)
+from engine.launch_settings import is_accelerate_config, load_settings_file, resolve_aliases, settings_from
 
 EXIT_GRACE_S = 5.0  # after a failure, at most this long for atexit handlers before the process is ended
 # Errors a rank sees when another rank died under it: secondary, reported in one line, not as a traceback.
@@ -55,6 +67,10 @@ def worker_environment(config: LaunchConfig) -> dict[str, str]:
            "ACCELERATE_USE_FSDP": "true" if config.use_fsdp else "false"}
     if config.debug:  # as `accelerate launch --debug`: collectives check their inputs across ranks
         env["ACCELERATE_DEBUG_MODE"] = "true"
+    # The variables `accelerate launch --use_deepspeed` sets, in its spelling of the values.
+    env["ACCELERATE_USE_DEEPSPEED"] = "true" if config.use_deepspeed else "false"
+    for key, value in (config.deepspeed_config or {}).items():
+        env[DEEPSPEED_VARIABLES[key]] = str(value).lower() if isinstance(value, bool) else str(value)
     if "OMP_NUM_THREADS" not in os.environ and config.uses_cpu():
         # torchrun would set 1 thread per process; on CPU the cores are the compute, so share them out instead.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // config.resolved_nproc_per_node()))
@@ -69,6 +85,10 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
 
     if not module and not os.path.isfile(script):
         raise SystemExit(f"ember launch: the training script {script!r} does not exist (use -m for a module).")
+    if config.use_deepspeed and not _engine_has_deepspeed():
+        # Refused before any process starts: the workers would otherwise train with plain DDP, silently.
+        raise LaunchSettingError("use_deepspeed: this version of Ember's engine has no DeepSpeed backend yet "
+                                 "(engine.DeepSpeedPlugin); shard with --use_fsdp (FSDP2), or leave it out for DDP.")
     os.environ.update(worker_environment(config))
     # torchrun shares its rendezvous TCPStore with the workers by default, and after an elastic restart workers
     # can read the previous attempt's addresses from it and fail to connect (pytorch/pytorch#135712). A store
@@ -90,6 +110,12 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
     return 0
 
 
+def _engine_has_deepspeed() -> bool:
+    import engine
+
+    return hasattr(engine, "DeepSpeedPlugin")
+
+
 def _root_cause(failed: Any) -> tuple[int, Any, bool]:
     """(rank, failure, whether it is the original error) of the failure to report."""
     # A rank that recorded an error file (run_script does for an original exception, not for a rank that only
@@ -104,16 +130,17 @@ def _root_cause(failed: Any) -> tuple[int, Any, bool]:
 
 
 def _launch_command(args: argparse.Namespace) -> int:
-    config = LaunchConfig.from_file_and_flags(args.config_file, vars(args))
+    config = settings_from(args.config_file, vars(args))
     return launch(config, args.script, args.script_args, module=args.module)
 
 
 # -- ember config -------------------------------------------------------------------------------------------
 def _config_command(args: argparse.Namespace) -> int:
     path = args.config_file or default_config_path()
-    current = load_config(path) if os.path.isfile(path) else {}
-    flags = {k: v for k, v in vars(args).items() if k in LaunchConfig.field_names() and v is not None}
-    values = LaunchConfig(**{**current, **flags}).to_dict()
+    if os.path.isfile(path) and is_accelerate_config(read_config_file(path)):
+        raise LaunchSettingError(f"{path} was written by `accelerate config`; ember launch reads it as it is, and "
+                                 "ember config writes Ember's own format: pass another --config-file.")
+    values = settings_from(path if os.path.isfile(path) else None, vars(args)).to_dict()
     save_config(values, path)
     print(f"Wrote {path}:")
     for key, value in values.items():
@@ -127,40 +154,63 @@ def config_report() -> list[str]:
     if not os.path.isfile(path):
         return [f"Launch config: {path} (not written; `ember config` creates it)"]
     try:
-        values = load_config(path)
+        values = LaunchConfig(**resolve_aliases(load_settings_file(path))).to_dict()
     except ValueError as err:
         return [f"Launch config: {path} (invalid: {err})"]
     return [f"Launch config: {path}"] + [f"  {k}: {v}" for k, v in values.items()]
 
 
+def _flag(parser: argparse.ArgumentParser, *names: str, **kwargs: Any) -> None:
+    """Add a flag under each name in both spellings, ``--a-b`` (torchrun's) and ``--a_b`` (Accelerate's)."""
+    spellings = [n for name in names for n in (name, "--" + name[2:].replace("-", "_"))]
+    parser.add_argument(*dict.fromkeys(spellings), **kwargs)
+
+
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     # Defaults are None so that a flag given on the command line can be told apart from one left to the config.
-    parser.add_argument("--config-file", "--config_file", default=None,
-                        help=f"YAML file of defaults (default: $EMBER_CONFIG_FILE or {default_config_path()})")
-    parser.add_argument("--nproc-per-node", "--nproc_per_node", "--num-processes", type=int, default=None,
-                        help="processes per node (default: the number of GPUs, or 1)")
-    parser.add_argument("--nnodes", "--num-machines", default=None, help="number of nodes, or MIN:MAX (elastic)")
-    parser.add_argument("--node-rank", "--node_rank", "--machine-rank", type=int, default=None,
-                        help="rank of this node (static rendezvous; c10d numbers the nodes itself)")
-    parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", default=None,
-                        help="HOST:PORT of the rendezvous (node 0's address); required with --nnodes > 1")
-    parser.add_argument("--rdzv-backend", "--rdzv_backend", default=None, choices=("c10d", "static", "etcd-v2"),
-                        help="torchrun rendezvous backend for multi-node runs (default: c10d)")
-    parser.add_argument("--rdzv-id", "--rdzv_id", default=None, help="job id shared by all nodes (default: ember)")
-    parser.add_argument("--max-restarts", "--max_restarts", type=int, default=None,
-                        help="restart the whole worker group up to this many times after a failure")
-    parser.add_argument("--mixed-precision", "--mixed_precision", default=None, choices=("no", "fp16", "bf16"))
-    parser.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=None,
-                        help="train on the CPU even if GPUs exist")
-    parser.add_argument("--use-fsdp", "--use_fsdp", action=argparse.BooleanOptionalAction, default=None,
-                        help="shard models with FSDP2 (the engine creates a default FullyShardedDataParallelPlugin)")
-    parser.add_argument("--debug", action=argparse.BooleanOptionalAction, default=None,
-                        help="debug mode: collectives check tensor shapes across processes and raise "
-                             "DistributedOperationException on every rank on a mismatch (ACCELERATE_DEBUG_MODE)")
+    _flag(parser, "--config-file", default=None,
+          help=f"YAML file of defaults, Ember's or one written by `accelerate config` (default: $EMBER_CONFIG_FILE "
+               f"or {default_config_path()})")
+    _flag(parser, "--nproc-per-node", type=int, default=None,
+          help="processes per node (default: the number of GPUs, or 1)")
+    _flag(parser, "--num-processes", type=int, default=None,
+          help="accelerate launch's spelling: processes in total over all machines (= --nproc-per-node x --nnodes)")
+    _flag(parser, "--nnodes", "--num-machines", default=None, help="number of nodes, or MIN:MAX (elastic)")
+    _flag(parser, "--node-rank", "--machine-rank", type=int, default=None,
+          help="rank of this node (static rendezvous; c10d numbers the nodes itself)")
+    _flag(parser, "--rdzv-endpoint", default=None,
+          help="HOST:PORT of the rendezvous (node 0's address); required with --nnodes > 1")
+    _flag(parser, "--main-process-ip", default=None,
+          help="accelerate launch's spelling of the rendezvous host (with --main-process-port: --rdzv-endpoint)")
+    _flag(parser, "--main-process-port", type=int, default=None,
+          help="the rendezvous port with --main-process-ip (default 29500); on one machine a free port is "
+               "picked instead")
+    _flag(parser, "--rdzv-backend", default=None, choices=("c10d", "static", "etcd-v2"),
+          help="torchrun rendezvous backend for multi-node runs (default: c10d)")
+    _flag(parser, "--rdzv-id", default=None, help="job id shared by all nodes (default: ember)")
+    _flag(parser, "--max-restarts", type=int, default=None,
+          help="restart the whole worker group up to this many times after a failure")
+    _flag(parser, "--mixed-precision", default=None, choices=("no", "fp16", "bf16"))
+    _flag(parser, "--cpu", action=argparse.BooleanOptionalAction, default=None,
+          help="train on the CPU even if GPUs exist")
+    _flag(parser, "--multi-gpu", action="store_true",
+          help="accepted from accelerate launch commands; changes nothing (ember launch always starts the "
+               "processes through torchrun, one per GPU by default)")
+    _flag(parser, "--use-fsdp", action=argparse.BooleanOptionalAction, default=None,
+          help="shard models with FSDP2 (the engine creates a default FullyShardedDataParallelPlugin)")
+    _flag(parser, "--use-deepspeed", action=argparse.BooleanOptionalAction, default=None,
+          help="DeepSpeed ZeRO (ACCELERATE_USE_DEEPSPEED, as accelerate launch); needs an engine with DeepSpeed")
+    _flag(parser, "--zero-stage", type=int, default=None, choices=(0, 1, 2, 3),
+          help="DeepSpeed ZeRO stage (ACCELERATE_DEEPSPEED_ZERO_STAGE), with --use-deepspeed")
+    _flag(parser, "--deepspeed-config-file", default=None,
+          help="a DeepSpeed JSON config (ACCELERATE_DEEPSPEED_CONFIG_FILE), with --use-deepspeed")
+    _flag(parser, "--debug", action=argparse.BooleanOptionalAction, default=None,
+          help="debug mode: collectives check tensor shapes across processes and raise "
+               "DistributedOperationException on every rank on a mismatch (ACCELERATE_DEBUG_MODE)")
 
 
-def add_launch_commands(subparsers: Any) -> None:
-    """Add ``launch`` and ``config`` to the ``ember`` command line; each sets ``func``."""
+def add_launch_commands(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
+    """Add ``launch`` and ``config`` to the ``ember`` command line (each sets ``func``); returns their parsers."""
     launch_parser = subparsers.add_parser("launch", help="run a training script on several processes (torchrun)")
     _add_setting_flags(launch_parser)
     launch_parser.add_argument("-m", "--module", action="store_true",
@@ -172,6 +222,7 @@ def add_launch_commands(subparsers: Any) -> None:
     config_parser = subparsers.add_parser("config", help="write default settings for `ember launch` (YAML)")
     _add_setting_flags(config_parser)
     config_parser.set_defaults(func=_config_command)
+    return {"launch": launch_parser, "config": config_parser}
 
 
 # -- the worker side ----------------------------------------------------------------------------------------

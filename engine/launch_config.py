@@ -2,7 +2,7 @@
 
 The file lives at ``$EMBER_CONFIG_FILE`` or, by default, ``~/.cache/ember/default_config.yaml`` (under
 ``$XDG_CACHE_HOME`` when that is set). Flags given to ``ember launch`` win over the file; the file wins over the
-built-in defaults.
+built-in defaults (``engine.launch_settings`` merges them, and reads ``accelerate config`` files too).
 
 >>> LaunchConfig(nproc_per_node=2, mixed_precision="bf16").to_dict()["mixed_precision"]
 'bf16'
@@ -20,6 +20,18 @@ from typing import Any
 PRECISIONS = ("no", "fp16", "bf16")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
 _NNODES = re.compile(r"^(\d+)(?::(\d+))?$")
+# The variables `accelerate launch` gives the workers for each DeepSpeed setting (the keys of an accelerate
+# config file's `deepspeed_config`), recorded from Accelerate 1.15; the engine's DeepSpeed backend reads them.
+DEEPSPEED_VARIABLES = {
+    "zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+    "deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+    "offload_optimizer_device": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+    "offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+    "zero3_init_flag": "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+    "zero3_save_16bit_model": "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+    "gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    "gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
+}
 
 
 def default_config_path() -> str:
@@ -54,6 +66,8 @@ class LaunchConfig:
     cpu: bool = False
     use_fsdp: bool = False
     debug: bool = False
+    use_deepspeed: bool = False
+    deepspeed_config: dict[str, Any] | None = None  # DEEPSPEED_VARIABLES' keys (zero_stage, ...), as Accelerate's
 
     def __post_init__(self) -> None:
         def is_int(value: Any) -> bool:
@@ -73,16 +87,38 @@ class LaunchConfig:
                 raise _bad("rdzv_endpoint", self.rdzv_endpoint, "HOST:PORT, the address of node 0, e.g. 10.0.0.1:29400")
         if self.multi_node and self.rdzv_endpoint is None:
             raise LaunchSettingError(f"nnodes={self.nnodes} runs on several machines, which must find each other: pass "
-                             "--rdzv-endpoint HOST:PORT (node 0's address and a free port) on every node.")
+                                     "--rdzv-endpoint HOST:PORT (or --main_process_ip HOST --main_process_port "
+                                     "PORT: node 0's address and a free port) on every node.")
         if self.rdzv_backend is not None and self.rdzv_backend not in RDZV_BACKENDS:
             raise _bad("rdzv_backend", self.rdzv_backend, f"one of {RDZV_BACKENDS}")
         if not is_int(self.max_restarts) or self.max_restarts < 0:
             raise _bad("max_restarts", self.max_restarts, "an integer >= 0")
         if self.mixed_precision not in PRECISIONS:
             raise _bad("mixed_precision", self.mixed_precision, f"one of {PRECISIONS}")
-        for flag in ("cpu", "use_fsdp", "debug"):
+        for flag in ("cpu", "use_fsdp", "debug", "use_deepspeed"):
             if not isinstance(getattr(self, flag), bool):
                 raise _bad(flag, getattr(self, flag), "true or false")
+        self._check_deepspeed()
+
+    def _check_deepspeed(self) -> None:
+        if self.use_deepspeed and self.use_fsdp:
+            raise LaunchSettingError("use_deepspeed and use_fsdp were both set: each shards the model its own way, "
+                                     "choose one.")
+        if self.deepspeed_config is None:
+            return
+        if not isinstance(self.deepspeed_config, dict):
+            raise _bad("deepspeed_config", self.deepspeed_config, f"a mapping of {sorted(DEEPSPEED_VARIABLES)}")
+        unknown = sorted(set(self.deepspeed_config) - set(DEEPSPEED_VARIABLES))
+        if unknown:
+            raise _bad("deepspeed_config", self.deepspeed_config, f"only the keys {sorted(DEEPSPEED_VARIABLES)}, "
+                                                                 f"not {unknown}")
+        stage = self.deepspeed_config.get("zero_stage")
+        if stage is not None and stage not in (0, 1, 2, 3):
+            raise _bad("zero_stage", stage, "0, 1, 2 or 3")
+        if self.deepspeed_config and not self.use_deepspeed:
+            # accelerate launch ignores them silently then; a setting that does nothing is a mistake to report.
+            raise LaunchSettingError(f"DeepSpeed settings {sorted(self.deepspeed_config)} were given without "
+                                     "use_deepspeed: add --use_deepspeed, or remove them.")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -120,18 +156,6 @@ class LaunchConfig:
         """The settings that are set (None left out), in field order."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
-    @classmethod
-    def from_file_and_flags(cls, config_file: str | None, flags: Mapping[str, Any]) -> LaunchConfig:
-        """The file's settings (``config_file``, else the default file if it exists), overridden by ``flags``
-        that are not None."""
-        path = config_file or default_config_path()
-        if config_file is not None and not os.path.isfile(path):
-            raise LaunchSettingError(f"--config-file {config_file!r} does not exist: write it with "
-                             f"`ember config --config-file {config_file}` or leave the flag out.")
-        values = load_config(path) if os.path.isfile(path) else {}
-        values.update({k: v for k, v in flags.items() if k in cls.field_names() and v is not None})
-        return cls(**values)
-
 
 def _yaml() -> Any:
     try:
@@ -142,13 +166,19 @@ def _yaml() -> Any:
     return yaml
 
 
-def load_config(path: str) -> dict[str, Any]:
-    """Read and check a launch config file; raises ``ValueError`` naming an unknown key or a bad value."""
+def read_config_file(path: str) -> dict[str, Any]:
+    """The mapping a YAML (or JSON, which ``accelerate config default`` writes) launch config file holds."""
     with open(path, encoding="utf-8") as handle:
         values = _yaml().safe_load(handle) or {}
     if not isinstance(values, dict):
         raise LaunchSettingError(
             f"{path} must hold a mapping of launch settings, got {type(values).__name__}.")
+    return values
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read and check an Ember launch config file; raises ``ValueError`` naming an unknown key or a bad value."""
+    values = read_config_file(path)
     unknown = sorted(set(values) - set(LaunchConfig.field_names()))
     if unknown:
         raise LaunchSettingError(f"{path} has unknown launch settings {unknown}; known: "

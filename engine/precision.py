@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import torch
 
 from engine.config import AutocastKwargs, GradScalerKwargs
+from engine.cpu_features import bf16_slowdown_note, cpu_flags
 from engine.operations import convert_outputs_to_fp32
 
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
@@ -31,11 +33,17 @@ def autocast_dtype(mixed_precision: str) -> torch.dtype | None:
     return _DTYPES.get(mixed_precision)
 
 
-def check_autocast_support(device: torch.device, mixed_precision: str) -> None:
-    """Fail now, with the fix, when this torch build cannot autocast to the requested dtype on ``device``."""
+def check_autocast_support(device: torch.device, mixed_precision: str, cpu_bf16: str | None = None) -> None:
+    """Fail now, with the fix, when this torch build cannot autocast to the requested dtype on ``device``; warn
+    when CPU bf16 would be slower than fp32 (``cpu_bf16``: ``EMBER_CPU_BF16``, overriding the CPU's flags)."""
     dtype = autocast_dtype(mixed_precision)
     if dtype is None:
         return
+    if device.type == "cpu" and dtype is torch.bfloat16:
+        note = bf16_slowdown_note(cpu_flags(), cpu_bf16)
+        if note is not None:
+            # Said once per process (the warnings registry keys it on this line), not at every Accelerator.
+            warnings.warn(note, UserWarning, stacklevel=1)
     try:
         with torch.autocast(device.type, dtype=dtype):
             pass

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.config import KwargsHandler
+from engine.keywords import suggest_keywords
 
 if TYPE_CHECKING:
     from torch.profiler import profile as TorchProfile
@@ -44,6 +45,7 @@ def _activities() -> dict[str, Any]:
     return found
 
 
+@suggest_keywords
 @dataclass
 class ProfileKwargs(KwargsHandler):
     """How ``Accelerator.profile()`` builds its ``torch.profiler.profile`` (the same names as Accelerate's).

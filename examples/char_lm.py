@@ -1,12 +1,13 @@
 """A small character-level transformer trained on Python's own standard library source, with Ember's Trainer.
 
-    python examples/char_lm.py                 # ~0.9 M parameters, 400 steps: a few minutes on 2 CPU cores
+    python examples/char_lm.py                 # ~0.9 M parameters, 200 steps: ~5 minutes on 2 CPU cores
     python examples/char_lm.py                 # again: resumes from the last checkpoint (or, if finished, samples)
-    python examples/char_lm.py --max-steps 800 # train further from where the last run ended
+    python examples/char_lm.py --max-steps 400 # train further from where the last run ended
 
 The text is the source of a few standard-library modules (nothing to download), read as UTF-8 bytes: the
-vocabulary is the 256 byte values. Shown here: bf16 autocast (``mixed_precision="bf16"``, fast on CPUs with
-AVX512-BF16 / AMX), gradient accumulation, gradient clipping, a warm-up + cosine learning-rate schedule stepped
+vocabulary is the 256 byte values. Shown here: bf16 autocast (``mixed_precision="bf16"``) where the CPU computes
+bf16 natively (AVX512-BF16 / AMX; elsewhere bf16 is slower than fp32, so ``--precision auto`` picks fp32), gradient
+accumulation, gradient clipping, a warm-up + cosine learning-rate schedule stepped
 every optimizer step, step-based validation and checkpoints, resume with ``ckpt_path="last"``, and sampling.
 """
 
@@ -25,6 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from callbacks import ModelCheckpoint
+from engine.cpu_features import cpu_flags, native_bf16
 from trainer import Trainer, TrainModule
 
 MODULES = ("argparse", "dataclasses", "functools", "inspect", "pathlib", "textwrap", "typing", "collections",
@@ -97,7 +99,7 @@ class CharLM(TrainModule):
         return F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten())
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._loss(batch)  # runs under bf16 autocast: the trainer wraps the steps
+        loss = self._loss(batch)  # runs under autocast when mixed_precision is set: the trainer wraps the steps
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
@@ -137,20 +139,25 @@ class CharLM(TrainModule):
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--project-dir", default="runs/char_lm")
-    parser.add_argument("--max-steps", type=int, default=400, help="optimizer steps (each of --accumulate batches)")
+    parser.add_argument("--max-steps", type=int, default=200, help="optimizer steps (each of --accumulate batches)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--accumulate", type=int, default=2, help="micro-batches per optimizer step")
     parser.add_argument("--block", type=int, default=128, help="context length in bytes")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--val-every", type=int, default=100, help="validate and checkpoint every N optimizer steps")
-    parser.add_argument("--val-batches", type=int, default=20)
+    parser.add_argument("--val-every", type=int, default=50, help="validate and checkpoint every N optimizer steps")
+    parser.add_argument("--val-batches", type=int, default=10)
     parser.add_argument("--sample-bytes", type=int, default=300)
+    parser.add_argument("--precision", choices=("auto", "bf16", "no"), default="auto",
+                        help="autocast dtype: auto = bf16 where this CPU computes bf16 natively, else fp32 ('no')")
     args = parser.parse_args(argv)
+    precision = args.precision
+    if precision == "auto":
+        precision = "bf16" if native_bf16(cpu_flags()) else "no"
 
     # Trainer first: seed=0 then also fixes the model's initial weights.
     trainer = Trainer(
-        accelerator="cpu", mixed_precision="bf16", max_steps=args.max_steps, accumulate_grad_batches=args.accumulate,
+        accelerator="cpu", mixed_precision=precision, max_steps=args.max_steps, accumulate_grad_batches=args.accumulate,
         gradient_clip_val=1.0, val_check_interval=args.val_every * args.accumulate, check_val_every_n_epoch=None,
         limit_val_batches=args.val_batches, num_sanity_val_steps=0, log_every_n_steps=10, seed=0,
         log_with="csv", project_dir=args.project_dir, project_name="char_lm", enable_model_summary=True,

@@ -6,6 +6,10 @@ as ``import trainer as pl``. Importing it is cheap: no tracker backend, no ``tqd
 the engine.
 """
 
+from ember_packages import check_siblings
+
+check_siblings("trainer", __file__)  # first: a user's own file that hides a package imported below is named
+
 from callbacks import Callback
 from trainer.datamodule import DataModule
 from trainer.hparams import AttributeDict

@@ -9,7 +9,6 @@ saves the resolved config into the run folder and runs ``trainer.<subcommand>(..
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import os
@@ -20,9 +19,16 @@ from typing import Any
 
 import torch
 
+from engine.keywords import close_matches
 from trainer.datamodule import DataModule
 from trainer.module import TrainModule
-from trainer.tools.cli_config import check_against_saved, save_config, saved_config_path
+from trainer.tools.cli_config import (
+    ConfigMismatchError,
+    check_against_saved,
+    finished_run_best,
+    save_config,
+    saved_config_path,
+)
 from trainer.trainer import Trainer
 
 SUBCOMMANDS: dict[str, set[str]] = {  # each Trainer method and the arguments the CLI fills itself
@@ -124,6 +130,8 @@ class CLI:
             method_args = {k: v for k, v in init.items() if k in self._method_keys[self.subcommand]}
             if self.datamodule is not None:
                 method_args["datamodule"] = self.datamodule
+            if self.subcommand != "fit" and method_args.get("ckpt_path") == "best":
+                method_args["ckpt_path"] = finished_run_best(self.trainer) or "best"
             getattr(self.trainer, self.subcommand)(self.model, **method_args)
 
     # -- the parser ----------------------------------------------------------------------------------------------
@@ -140,9 +148,11 @@ class CLI:
         for name, skip in SUBCOMMANDS.items():
             parser = self._new_parser()
             self._method_keys[name] = parser.add_method_arguments(self.trainer_class, name, skip=skip) or []
-            if name == "fit":
-                parser.add_argument("--allow_config_change", action="store_true",
-                                    help="replace a different config.yaml saved in the run folder (default: refuse)")
+            # Every subcommand takes it, so that a fit run's saved config.yaml (which holds it) loads in all.
+            parser.add_argument("--allow_config_change", action="store_true",
+                                help="replace a different config.yaml saved in the run folder (default: refuse)"
+                                if name == "fit" else "evaluate a model whose config differs from the one saved in "
+                                "the run folder (default: refuse)")
             self._subparsers[name] = parser
             doc = inspect.getdoc(getattr(self.trainer_class, name)) or ""
             commands.add_subcommand(name, parser, help=doc.splitlines()[0] if doc else name)
@@ -195,47 +205,55 @@ class CLI:
         try:
             return self.parser.parse_args(argv)
         except self._ja.ArgumentError as error:
-            message = str(error) + self._close_matches(str(error))
+            message = str(error) + self._close_matches(str(error), argv[0] if argv else None)
             raise SystemExit(f"error: {message}") if run else ValueError(message) from None
 
-    def _close_matches(self, message: str) -> str:
-        """A 'did you mean' line for an unknown key named in a jsonargparse error."""
+    def _close_matches(self, message: str, command: str | None = None) -> str:
+        """A 'did you mean' line for an unknown key named in a jsonargparse error (``command``: the subcommand
+        when the message does not name it)."""
         bad = re.findall(r"(?:accept option|Option|Key|arguments:\s*--)\s*'?\"?([\w.\-]+)", message)
         if not bad:
             return ""
         name = bad[-1].lstrip("-")
-        candidates = set(self._known_keys())
+        subcommand = re.search(r"Subcommand '(\w+)'", message)
+        candidates = set(self._known_keys(subcommand.group(1) if subcommand else command))
+        elsewhere = [sub for sub in getattr(self, "_subparsers", {}) if name in self._known_keys(sub)]
+        if name not in candidates and elsewhere:  # a real key, of another subcommand: say so, not "did you mean"
+            return f"\n{name!r} is an option of {' / '.join(elsewhere)} only."
         class_path = re.search(r"class_path '([\w.]+)'", message)
         if class_path:
             candidates |= set(_init_parameters(class_path.group(1)))
-        close = difflib.get_close_matches(name.split(".")[-1], {c.split(".")[-1] for c in candidates}, n=3,
-                                          cutoff=0.6)
-        close += [c for c in difflib.get_close_matches(name, candidates, n=3) if c not in close]
+        # The dotted key when one is close (trainer.max_epochs), else the last part (lr inside init_args).
+        full = close_matches(name, candidates) if "." in name else []
+        close = [c for c in full or close_matches(name.split(".")[-1], {c.split(".")[-1] for c in candidates})
+                 if c != name]
         return f"\nDid you mean: {', '.join(close)}?" if close else ""
 
-    def _known_keys(self) -> list[str]:
-        parsers = list(getattr(self, "_subparsers", {}).values()) or [self.parser]
+    def _known_keys(self, subcommand: str | None = None) -> list[str]:
+        subparsers = getattr(self, "_subparsers", {})
+        parsers = [subparsers[subcommand]] if subcommand in subparsers else list(subparsers.values()) or [self.parser]
         keys: list[str] = []
         for parser in parsers:
             keys += [a.dest for a in parser._actions if a.dest not in ("help",)]
         return keys
 
     def _resume_with_saved_config(self, argv: list[str]) -> Any:
-        """``fit --ckpt_path ...`` into a run folder with a saved config: that config first, then the arguments.
+        """A subcommand with ``--ckpt_path`` in a run folder with a saved config: that config first, then the
+        arguments (a resumed ``fit``, or ``test`` / ``validate`` / ``predict`` of a finished run).
 
-        Returns ``None`` when this is not such a resume (the arguments are then parsed alone).
+        Returns ``None`` otherwise (the arguments are then parsed alone).
         """
-        if not argv or argv[0] != "fit" or _flag_value(argv, "--ckpt_path") in (None, "null"):
+        if not argv or argv[0] not in SUBCOMMANDS or _flag_value(argv, "--ckpt_path") in (None, "null"):
             return None
         folder = _flag_value(argv, "--trainer.project_dir")
         if folder is None:
             try:  # the folder may come from a --config file: parse once without the saved config to find it
-                folder = self._parse(argv, run=True)["fit"]["trainer"].get("project_dir")
+                folder = self._parse(argv, run=True)[argv[0]]["trainer"].get("project_dir")
             except SystemExit:
                 folder = _TRAINER_EXTRAS["project_dir"][1]
         if not folder or not os.path.exists(saved_config_path(folder)):
             return None
-        return self._parse(["fit", "--config", saved_config_path(folder), *argv[1:]], run=True)
+        return self._parse([argv[0], "--config", saved_config_path(folder), *argv[1:]], run=True)
 
     def _seed(self, section: Any) -> None:
         seed = section.get("seed_everything")
@@ -264,7 +282,9 @@ class CLI:
         # A seed drawn for this run (seed_everything: true) differs every time: not a change of experiment.
         ignore = ("seed_everything",) if self._random_seed else ()
         allowed = bool(section.get("allow_config_change")) or self.overwrite_config
-        check_against_saved(folder, resolved, allow_change=allowed, ignore=ignore)
+        # Evaluating a run may use other data, loaders or trainer flags; the model must be the run's.
+        only = None if self.subcommand in (None, "fit") else ("model",)
+        check_against_saved(folder, resolved, allow_change=allowed, ignore=ignore, only=only)
         unchanged = os.path.exists(saved_config_path(folder)) and not allowed  # checked equal just above
         if self.subcommand in (None, "fit") and self.trainer.accelerator.is_main_process and not unchanged:
             self.saved_config_path = save_config(folder, resolved)
@@ -334,6 +354,9 @@ def console_main(argv: Sequence[str]) -> int:
         try:
             CLI(None, None, subclass_mode_model=True, subclass_mode_data=True, args=args,
                 parser_kwargs={"prog": "ember"})
+        except ConfigMismatchError as refused:  # the user's choice to make: one line that says how, no traceback
+            print(f"error: {refused}", file=sys.stderr)
+            return 2
         except SystemExit as done:
             if isinstance(done.code, str):
                 print(done.code, file=sys.stderr)

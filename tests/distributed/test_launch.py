@@ -145,6 +145,18 @@ def test_single_node_run_uses_config_file_and_flags(workspace: dict[str, Any]) -
     assert ranks[0]["type"] == "DistributedType.MULTI_CPU"
 
 
+def test_accelerate_launch_spelling_runs_the_same_job(workspace: dict[str, Any]) -> None:
+    """`accelerate launch`'s flags (num_processes is the total; the file's nproc_per_node gives way to it) start
+    the job the torchrun spelling started: same world, precision and bitwise the same weights."""
+    root, env = workspace["root"], workspace["env"]
+    code, output = _finish(_ember("launch", "--num_processes", "2", "--mixed_precision", "bf16", "--cpu",
+                                  "--multi_gpu", "train.py", "accelerate", str(STEPS), env=env, cwd=root))
+    assert code == 0, output
+    ranks = _ranks(root / "accelerate")
+    assert [r["WORLD_SIZE"] for r in ranks] == ["2", "2"] and [r["precision"] for r in ranks] == ["bf16", "bf16"]
+    assert json.loads((root / "accelerate" / "final.json").read_text()) == workspace["single"]
+
+
 def test_two_nodes_rendezvous_and_match_the_single_node_run(workspace: dict[str, Any]) -> None:
     root, env = workspace["root"], workspace["env"]
     for attempt in range(2):

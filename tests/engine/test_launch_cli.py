@@ -13,6 +13,7 @@ import yaml
 from engine.cli import env_report, main
 from engine.launch import run_script, torchrun_arguments, worker_environment
 from engine.launch_config import LaunchConfig, default_config_path, load_config
+from engine.launch_settings import settings_from
 
 
 @pytest.fixture
@@ -82,9 +83,9 @@ def test_ember_config_writes_merges_and_launch_reads_it(config_file: Path, capsy
     saved = load_config(str(config_file))
     assert (saved["nproc_per_node"], saved["mixed_precision"], saved["cpu"]) == (3, "bf16", True)
     # ember launch: flags win over the file, the file over the defaults.
-    merged = LaunchConfig.from_file_and_flags(None, {"mixed_precision": "fp16", "cpu": None, "nnodes": None})
+    merged = settings_from(None, {"mixed_precision": "fp16", "cpu": None, "nnodes": None})
     assert (merged.nproc_per_node, merged.mixed_precision, merged.cpu) == (3, "fp16", True)
-    no_cpu = LaunchConfig.from_file_and_flags(None, {"cpu": False})  # --no-cpu overrides the file's true
+    no_cpu = settings_from(None, {"cpu": False})  # --no-cpu overrides the file's true
     assert no_cpu.cpu is False
 
 
@@ -92,12 +93,32 @@ def test_config_files_are_checked(config_file: Path, tmp_path: Path) -> None:
     config_file.parent.mkdir(parents=True)
     config_file.write_text("nproc_per_node: 2\nnum_gpus: 4\n")
     with pytest.raises(ValueError, match=r"unknown launch settings \['num_gpus'\]"):
-        LaunchConfig.from_file_and_flags(None, {})
+        settings_from(None, {})
     config_file.write_text("mixed_precision: fp32\n")
     with pytest.raises(ValueError, match="mixed_precision='fp32'"):
         load_config(str(config_file))
     with pytest.raises(ValueError, match="does not exist"):
-        LaunchConfig.from_file_and_flags(str(tmp_path / "missing.yaml"), {})
+        settings_from(str(tmp_path / "missing.yaml"), {})
+
+
+def test_ember_env_lists_every_optional_package(config_file: Path) -> None:
+    import importlib.metadata
+
+    report = env_report()
+    for name in ("torchmetrics", "mlflow", "jsonargparse", "deepspeed", "torchao", "tensorboard", "wandb",
+                 "comet-ml", "tqdm", "safetensors", "numpy"):
+        line = next(line for line in report.splitlines() if line.startswith(f"{name}: "))
+        assert line != f"{name}: " and (line.endswith("not installed") or line[len(name) + 2].isdigit()), line
+    # The `mlflow` extra installs the mlflow-skinny distribution: ember env finds it and names it.
+    installed = {}
+    for distribution in ("mlflow", "mlflow-skinny"):
+        try:
+            installed[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    expected = ("not installed" if not installed else installed["mlflow"] if "mlflow" in installed
+                else f"{installed['mlflow-skinny']} (mlflow-skinny)")
+    assert f"mlflow: {expected}\n" in report
 
 
 def test_ember_env_reports_the_launch_config(config_file: Path) -> None:

@@ -32,6 +32,10 @@ class Base(TrainModule):
         x, y = batch
         self.log("val/loss", torch.nn.functional.mse_loss(self.net(x), y))
 
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("test/loss", torch.nn.functional.mse_loss(self.net(x), y))
+
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
@@ -60,4 +64,7 @@ class Data(DataModule):
         return self._loader()
 
     def val_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def test_dataloader(self) -> DataLoader:
         return self._loader()

@@ -115,7 +115,7 @@ def test_ember_fit_help_lists_the_configured_classes_arguments(tmp_path: Path,
 
 
 def test_a_bad_key_lists_close_matches(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"(?s)max_epoch.*Did you mean: max_epochs"):
+    with pytest.raises(SystemExit, match=r"(?s)max_epoch.*Did you mean: trainer.max_epochs\?"):
         cli("fit", "--config", write(tmp_path / "c.yaml", base_config(tmp_path / "run")), "--trainer.max_epoch", "3")
     bad = base_config(tmp_path / "run")
     bad["model"]["init_args"]["lrr"] = 0.1
@@ -146,3 +146,52 @@ def test_ember_console_dispatches_fit_and_keeps_engine_commands(tmp_path: Path) 
     out = subprocess.run([sys.executable, "-m", "ember_cli", "env"], cwd=ROOT, capture_output=True, text=True,
                          check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0 and "torch:" in out.stdout
+
+
+def test_ember_test_evaluates_a_finished_fit_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    config = base_config(run)
+    # Keep the checkpoint of the *highest* validation loss (the first epoch's) as "best", and the last one apart,
+    # so "best" and "last" are different checkpoints with different test losses.
+    config["trainer"]["callbacks"] = [{"class_path": "callbacks.ModelCheckpoint", "init_args": {
+        "monitor": "val/loss", "mode": "max", "save_top_k": 1, "save_last": True}}]
+    fit = cli("fit", "--config", write(tmp_path / "cfg.yaml", config), "--trainer.max_epochs", "3")
+    best, last = fit.trainer.checkpoint_callback.best_model_path, fit.trainer.checkpoint_callback.last_model_path
+    assert best and last and best != last
+    saved = str(run / "config.yaml")
+
+    def test_loss(*args: str) -> float:
+        return float(cli("test", *args).trainer.callback_metrics["test/loss"])
+
+    # A fresh process's ModelCheckpoint has saved nothing: "best" is the one the run recorded.
+    assert test_loss("--config", saved, "--ckpt_path", "best") == test_loss("--config", saved, "--ckpt_path", best)
+    assert test_loss("--config", saved, "--ckpt_path", "last") == test_loss("--config", saved, "--ckpt_path", last)
+    assert test_loss("--config", saved, "--ckpt_path", "best") != test_loss("--config", saved, "--ckpt_path", "last")
+    # The run folder alone reads its config.yaml too; and the console command prints the metrics.
+    assert test_loss("--trainer.project_dir", str(run), "--ckpt_path", "last") == test_loss("--config", saved,
+                                                                                            "--ckpt_path", last)
+    capsys.readouterr()
+    assert ember_main(["test", "--config", saved, "--ckpt_path", "best"]) == 0
+    assert "test/loss" in capsys.readouterr().out
+    # Evaluating a different model than the run's is refused like a changed resume.
+    with pytest.raises(ConfigMismatchError, match="model.init_args.hidden: 16 -> 8"):
+        cli("test", "--config", saved, "--ckpt_path", "best", "--model.init_args.hidden", "8")
+
+
+def test_a_changed_resume_is_one_line_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = write(tmp_path / "cfg.yaml", base_config(tmp_path / "run"))
+    assert ember_main(["fit", "--config", config, "--trainer.max_epochs", "1"]) == 0
+    capsys.readouterr()
+    code = ember_main(["fit", "--trainer.project_dir", str(tmp_path / "run"), "--ckpt_path", "last",
+                       "--trainer.max_epochs", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("error: ") and "trainer.max_epochs: 1 -> 2" in err and "--allow_config_change" in err
+
+
+def test_an_option_of_another_subcommand_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli("fit", "--config", write(tmp_path / "c.yaml", base_config(tmp_path / "run")),
+            "--return_predictions", "true")
+    assert "'return_predictions' is an option of predict only." in str(refused.value)
+    assert "Did you mean" not in str(refused.value)
