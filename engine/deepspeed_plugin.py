@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from engine.environment import EngineEnvironment
+from engine.keywords import suggest_keywords
 
 _STAGES = (0, 1, 2, 3)
 _DEVICES = ("none", "cpu", "nvme")
@@ -43,6 +44,7 @@ def _auto_or(value: Any) -> Any:
     return value
 
 
+@suggest_keywords
 @dataclass
 class DeepSpeedPlugin:
     """DeepSpeed ZeRO settings for ``Accelerator(deepspeed_plugin=...)``; Accelerate's names and defaults.

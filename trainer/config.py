@@ -14,7 +14,6 @@ resolved, with their side effects, by ``trainer.compat.keywords`` when a Trainer
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 import typing
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 from callbacks import Callback
 from engine import Accelerator
+from engine.keywords import keyword_error
 from trainer import args as checks
 from trainer.loop.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, check_signals
 from trainer.profiling import Profiler
@@ -218,13 +218,11 @@ def check_keywords(owner: str, keywords: Mapping[str, Any]) -> None:
     Example:
         >>> check_keywords("Trainer", {"max_epoch": 3})
         Traceback (most recent call last):
-        TypeError: Trainer() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?
+        engine.keywords.UnexpectedKeywordError: Trainer() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?
     """
     for name in keywords:
         if name not in KEYWORDS:
-            close = difflib.get_close_matches(name, KEYWORDS, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else " See help(Trainer) for the keywords it takes."
-            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}.{hint}")
+            raise keyword_error(owner, name, KEYWORDS, docs="help(Trainer)")
 
 
 def keyword_signature() -> inspect.Signature:

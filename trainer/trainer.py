@@ -183,7 +183,15 @@ class Trainer:
                 self._restore(resume)  # before the trackers start: they reopen the saved runs
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
             self.trackers.start((self.module, self.datamodule))
+            self._warn_log_interval()
             self._fit_loop(hooks, sanity_check=resume is None)
+
+    def _warn_log_interval(self) -> None:
+        batches, every = self.plan.num_training_batches, self.config.log_every_n_steps
+        if self.trackers.started and batches is not None and 0 < batches < every and self.accelerator.is_main_process:
+            warnings.warn(f"The number of training batches ({batches}) is smaller than the logging interval "
+                          f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want "
+                          "to see logs for the training epoch.", UserWarning, stacklevel=4)
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
@@ -248,6 +256,9 @@ class Trainer:
                 stop.update_time()
                 self.checkpointer.flush(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
             self.loss_check.check()
+        reason = self.stop.limit_reached(config)
+        if reason is not None:
+            self.accelerator.print(f"`Trainer.fit` stopped: {reason}")  # as Lightning says it
         hooks.call("on_train_end")
         state.stage = "idle"
         hooks.call("on_fit_end")

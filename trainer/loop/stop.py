@@ -75,6 +75,17 @@ class StopController:
             return True
         return self.stop_now(config)
 
+    def limit_reached(self, config: TrainerConfig) -> str | None:
+        """Which limit ended ``fit`` (Lightning's words, e.g. "`max_epochs=10` reached."), or None (a stop)."""
+        state = self.state
+        if config.max_steps is not None and state.global_step >= config.max_steps:
+            return f"`max_steps={config.max_steps}` reached."
+        if config.max_epochs is not None and state.epoch >= config.max_epochs:
+            return f"`max_epochs={config.max_epochs}` reached."
+        if config.max_time is not None and state.time_elapsed >= config.max_time:
+            return f"`max_time={config.max_time:g}` seconds reached (elapsed {state.time_elapsed:.1f} s)."
+        return None
+
     def stop_now(self, config: TrainerConfig) -> bool:
         """Whether to stop at this step boundary; every process reaches the same answer at the same step."""
         state = self.state
