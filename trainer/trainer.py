@@ -183,7 +183,8 @@ class Trainer:
                 self._restore(resume)  # before the trackers start: they reopen the saved runs
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
             self.trackers.start((self.module, self.datamodule))
-            self._warn_log_interval()
+            if resume is None:  # said once, when the run starts (not again at every resume of it)
+                self._warn_log_interval()
             self._fit_loop(hooks, sanity_check=resume is None)
 
     def _warn_log_interval(self) -> None:
