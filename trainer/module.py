@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from engine.operations import recursively_apply
 from trainer.checkpoint.loading import load_module
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
@@ -211,6 +212,26 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         for name, value in dictionary.items():
             self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
                      add_dataloader_idx, batch_size, rank_zero_only)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every process's ``data`` (tensors, possibly nested in lists / dicts) stacked along a new first dim, as
+        Lightning's ``all_gather`` (in one process: ``data`` as it is). ``sync_grads``: gradients flow back."""
+        if group is not None:
+            raise ValueError("all_gather(group=...) is not supported: Ember gathers over every process. Gather a "
+                             "subgroup with torch.distributed yourself.")
+        if self.trainer.accelerator.num_processes == 1:
+            return data
+
+        def stack(tensor: torch.Tensor) -> torch.Tensor:
+            if sync_grads:
+                from torch.distributed.nn.functional import all_gather  # differentiable; imported when asked
+
+                return torch.stack(all_gather(tensor.contiguous()))
+            parts = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size())]
+            torch.distributed.all_gather(parts, tensor.contiguous())
+            return torch.stack(parts)
+
+        return recursively_apply(stack, data)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the main process only."""

@@ -117,6 +117,7 @@ class Trainer:
         elif config.deterministic:
             torch.use_deterministic_algorithms(True)
         self._loggers = lightning.loggers
+        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / DeepSpeedStrategy
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config, acc))
         self.attached = Attached(callbacks)
@@ -309,7 +310,9 @@ class Trainer:
         for hook in hooks.overriders["on_before_backward"]:
             hook(loss)
         k = self.config.accumulate_grad_batches
-        self._engine_backward(loss / k if k > 1 else loss, *args, **kwargs)
+        if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
+            loss = loss / k
+        self._engine_backward(loss, *args, **kwargs)
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
@@ -520,6 +523,11 @@ class Trainer:
     def loggers(self) -> list[Any]:
         """Lightning-style loggers (``trainer.loggers``): the given ones, or views of the running trackers."""
         return logger_views(self._loggers, self.accelerator.trackers)
+
+    @property
+    def precision(self) -> str:
+        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``."""
+        return {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(self.accelerator.mixed_precision, "32-true")
 
     @property
     def logger(self) -> Any:

@@ -69,6 +69,11 @@ class Backend:
         its parameters). One process: the model itself."""
         return model
 
+    def configure_training(self, *, accumulation_steps: int, micro_batch_size: int | None, clip_value: float | None,
+                           clip_algorithm: str) -> None:
+        """Told by a training loop that owns these settings (the Trainer) before it prepares its objects: most
+        backends need nothing (DeepSpeed writes them into its config)."""
+
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[torch.nn.Module]) -> None:
         """Make ``optimizer`` update the parameters ``models`` train with (after ``wrap_model``)."""
 

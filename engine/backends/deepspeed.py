@@ -131,15 +131,29 @@ class DeepSpeed(Backend):
         self.deepspeed = import_deepspeed()
         self.plugin = plugin
         self.engine: Any = None
+        self._configured_steps: int | None = None  # the window a training loop set (configure_training)
         _ensure_process_group(state)
 
     # -- prepare ----------------------------------------------------------------------------------------------
+    def configure_training(self, *, accumulation_steps: int, micro_batch_size: int | None, clip_value: float | None,
+                           clip_algorithm: str) -> None:
+        """What a training loop that owns these settings (the Trainer) fills in the config before ``prepare``,
+        as Lightning's DeepSpeedStrategy does: the accumulation window, the micro batch, norm clipping (0: none).
+        Keys the user's config sets explicitly are kept."""
+        if clip_value and clip_algorithm != "norm":
+            raise ValueError(f"Trainer(gradient_clip_algorithm={clip_algorithm!r}) under DeepSpeed: the engine clips "
+                             "by norm only (the config's gradient_clipping). Use gradient_clip_algorithm='norm'.")
+        self.plugin.fill({"gradient_accumulation_steps": accumulation_steps,
+                          "train_micro_batch_size_per_gpu": micro_batch_size or 1,
+                          "gradient_clipping": float(clip_value or 0.0)})
+        self._configured_steps = accumulation_steps
+
     def accumulation_steps(self, requested: int) -> int:
         """The accumulation steps the engine will use: the config's, its ``"auto"`` filled with ``requested``
         (the Accelerator's); a config that says otherwise wins, with Accelerate's warning."""
         self.plugin.fill({"gradient_accumulation_steps": requested})
         steps = int(self.plugin.get_value("gradient_accumulation_steps"))
-        if steps != requested:
+        if steps != requested and steps != self._configured_steps:
             get_logger(__name__).warning(
                 f"Gradient accumulation steps mismatch: GradientAccumulationPlugin has {requested}, DeepSpeed config "
                 f"has {steps}. Using DeepSpeed's value.", main_process_only=False)

@@ -23,7 +23,7 @@ QUIET_ON = {k: v for k, v in QUIET.items() if k not in ("log_with", "enable_chec
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"strategy": "deepspeed_stage_2"}, ValueError, r"strategy='deepspeed_stage_2'.*not a strategy.*DeepSpeed is not"),
+    ({"strategy": "deepspeed_stage_9"}, ValueError, r"strategy='deepspeed_stage_9'.*not a strategy.*deepspeed_stage_3"),
     ({"strategy": 3}, TypeError, r"strategy=...\) takes a name or a DDPStrategy.*Received: int"),
     ({"devices": 0}, ValueError, r"devices=0\) must be >= 1"),
     ({"devices": "x"}, ValueError, r"devices=...\) takes an int.*Received: 'x'"),

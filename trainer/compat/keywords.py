@@ -50,6 +50,7 @@ class LightningChoices:
     loggers: tuple[Logger, ...] = ()
     accelerator_kwargs: dict[str, Any] = field(default_factory=dict)
     strategy_kind: str = "ddp"
+    strategy: Any = None  # trainer.strategy: the strategy object (a name became the object it stands for)
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
 
@@ -118,7 +119,7 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
         torch.backends.cudnn.benchmark = bool(benchmark)  # Lightning: deterministic turns benchmarking off
     project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
     log_with, loggers = _loggers(False if config.barebones else config.logger, config.log_with, project_dir, unset)
-    kind, accelerator_kwargs = resolve_strategy(config.strategy)
+    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy)
     processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
@@ -130,7 +131,8 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
                          "SyncBatchNorm runs on GPUs only. Leave sync_batchnorm=False on the CPU (each process then "
                          "normalises with its own batch statistics).")
     return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
-                            accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, processes=processes, cpu=cpu)
+                            accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, strategy=strategy,
+                            processes=processes, cpu=cpu)
 
 
 def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) -> None:

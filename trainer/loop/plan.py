@@ -95,15 +95,26 @@ class RunPlan:
         self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
                                                   "limit_train_batches")
         self._set_val_loaders(config, val)
-        self.prepare_model(module, training=True)
-
-        optimizers, configs = parse_optimizers(module.configure_optimizers())
-        if not manual and len(optimizers) != 1:
-            raise ValueError(f"{name}.configure_optimizers returned {len(optimizers)} optimizers; automatic "
-                             "optimisation uses exactly one. For several (e.g. a GAN) set `self.automatic_optimization "
-                             "= False` and step them in training_step.")
-        prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
-        prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
+        backend = self.accelerator.backend
+        if backend.prepares_jointly:  # DeepSpeed: the model is built with its optimizer and scheduler
+            if manual:
+                raise ValueError(f"{name} uses manual optimisation, which the DeepSpeed strategy does not run (its "
+                                 "engine steps the optimizer inside backward). Use automatic optimisation, or "
+                                 "strategy='ddp' / 'fsdp'.")
+            if overrides(module, TrainModule, "configure_model"):
+                module.configure_model()
+            optimizers, configs = self._optimizers_of(module, manual)
+            backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
+                                       micro_batch_size=getattr(train[0], "batch_size", None),
+                                       clip_value=config.gradient_clip_val,
+                                       clip_algorithm=config.gradient_clip_algorithm)
+            prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
+                                                                                         configs)])
+        else:
+            self.prepare_model(module, training=True)
+            optimizers, configs = self._optimizers_of(module, manual)
+            prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
+            prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
         self.optimizers = prepared[:len(optimizers)]
         self.prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
         self.scheduler_configs = configs  # the user's schedulers: stepped once per step on every process
@@ -120,6 +131,15 @@ class RunPlan:
         self.custom_clipping = any(overrides(module, TrainModule, name)
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
+
+    @staticmethod
+    def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        if not manual and len(optimizers) != 1:
+            raise ValueError(f"{type(module).__name__}.configure_optimizers returned {len(optimizers)} optimizers; "
+                             "automatic optimisation uses exactly one. For several (e.g. a GAN) set "
+                             "`self.automatic_optimization = False` and step them in training_step.")
+        return optimizers, configs
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
         self.val_loaders = [self.accelerator.prepare(loader) for loader in val]
@@ -173,14 +193,22 @@ class RunPlan:
             self.predict_loaders, self.num_predict_batches = prepared, counts
         return prepared, counts
 
-    def prepare_model(self, module: TrainModule, training: bool) -> None:
-        """Wrap the module for this setup once (again only to add DDP / FSDP2 when an evaluation came first)."""
+    def prepare_model(self, module: TrainModule, training: bool, together: list[Any] | None = None) -> list[Any]:
+        """Wrap the module for this setup once (again only to add DDP / FSDP2 when an evaluation came first).
+
+        ``together``: optimizers and schedulers the backend builds with the model (DeepSpeed; the module's
+        ``configure_model`` already ran): prepared in the same call, and returned prepared.
+        """
         if self._model_for is not None and self._model_for[0] is module and (self._model_for[1] or not training):
-            return
-        if overrides(module, TrainModule, "configure_model"):
-            module.configure_model()
+            return []
         router = StepRouter(module, self.compiler)
-        self.model = self.accelerator.prepare_model(router, evaluation_mode=not training)
+        if together is None:
+            if overrides(module, TrainModule, "configure_model"):
+                module.configure_model()
+            self.model, prepared = self.accelerator.prepare_model(router, evaluation_mode=not training), []
+        else:
+            self.model, *prepared = self.accelerator.prepare(router, *together) if together else (
+                self.accelerator.prepare(router),)
         self.prepared.append("model" if training else "model (evaluation)")
         self._model_for = (module, training)
         # Unwrapped (one process, no DDP / FSDP2 / compile / autocast wrapper, no hooks), the module's step is
@@ -189,6 +217,7 @@ class RunPlan:
             router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
         self.training_step = (step_function(module, "training_step", 2) if bare
                               else functools.partial(self.model, "training_step"))
+        return prepared
 
     # -- cadence ----------------------------------------------------------------------------------------------
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:

@@ -1,0 +1,59 @@
+"""Lightning's strategy names and objects, resolved to the engine's DDP / FSDP2 / DeepSpeed settings.
+
+``Trainer(strategy="ddp")`` and friends are accepted by name; ``DDPStrategy(...)`` / ``FSDPStrategy(...)`` /
+``DeepSpeedStrategy(...)`` carry the options. Each becomes what the engine's ``Accelerator`` takes
+(``kwargs_handlers``, ``fsdp_plugin``, ``deepspeed_plugin``); the processes themselves come from the launcher
+(see ``trainer.compat.launching``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.strategies.ddp import DDPStrategy
+from trainer.strategies.deepspeed import DeepSpeedStrategy
+from trainer.strategies.fsdp import FSDPStrategy
+
+# Names that run Ember's DDP. Lightning's spawn / fork / notebook variants start processes differently; Ember
+# always starts them through torch's launcher (the script is run again in every process).
+_DDP_NAMES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_false",
+              "single_device")
+# Lightning's registered DeepSpeed names and the DeepSpeedStrategy keywords each stands for.
+DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
+    "deepspeed": {}, "deepspeed_stage_1": {"stage": 1}, "deepspeed_stage_2": {"stage": 2},
+    "deepspeed_stage_2_offload": {"stage": 2, "offload_optimizer": True}, "deepspeed_stage_3": {"stage": 3},
+    "deepspeed_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
+    "deepspeed_stage_3_offload_nvme": {"stage": 3, "offload_optimizer": True, "offload_parameters": True,
+                                       "remote_device": "nvme", "offload_params_device": "nvme",
+                                       "offload_optimizer_device": "nvme"},
+}
+STRATEGY_NAMES = (*_DDP_NAMES, "ddp_find_unused_parameters_true", "fsdp", *DEEPSPEED_NAMES)
+
+
+def resolve_strategy(strategy: Any) -> tuple[str, Any, dict[str, Any]]:
+    """``(kind, strategy object, Accelerator keywords)`` for a strategy name or object; ``kind`` is ``"ddp"``,
+    ``"fsdp"`` or ``"deepspeed"`` (a name becomes the object it stands for, as ``trainer.strategy`` shows it)."""
+    if isinstance(strategy, str):
+        name = strategy.lower()
+        if name in _DDP_NAMES:
+            strategy = DDPStrategy()
+        elif name == "ddp_find_unused_parameters_true":
+            strategy = DDPStrategy(find_unused_parameters=True)
+        elif name == "fsdp":
+            strategy = FSDPStrategy()
+        elif name in DEEPSPEED_NAMES:
+            strategy = DeepSpeedStrategy(**DEEPSPEED_NAMES[name])
+        else:
+            raise ValueError(f"Trainer(strategy={strategy!r}) is not a strategy Ember knows. Use one of "
+                             f"{list(STRATEGY_NAMES)}, or trainer.strategies.DDPStrategy(...) / FSDPStrategy(...) / "
+                             "DeepSpeedStrategy(...) for options.")
+        if name in _DDP_NAMES and name != "ddp_find_unused_parameters_true":
+            return "ddp", strategy, {}  # Ember's DDP as it is: no handler to add
+    for kind, cls in (("ddp", DDPStrategy), ("fsdp", FSDPStrategy), ("deepspeed", DeepSpeedStrategy)):
+        if isinstance(strategy, cls):
+            return kind, strategy, strategy.accelerator_kwargs()
+    raise TypeError(f"Trainer(strategy=...) takes a name or a DDPStrategy / FSDPStrategy / DeepSpeedStrategy from "
+                    f"trainer.strategies. Received: {type(strategy).__name__} ({strategy!r:.80}).")
+
+
+__all__ = ["DEEPSPEED_NAMES", "STRATEGY_NAMES", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "resolve_strategy"]
