@@ -19,6 +19,7 @@ reads the file ``accelerate config`` writes as well as Ember's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import runpy
 import sys
@@ -85,10 +86,10 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
 
     if not module and not os.path.isfile(script):
         raise SystemExit(f"ember launch: the training script {script!r} does not exist (use -m for a module).")
-    if config.use_deepspeed and not _engine_has_deepspeed():
-        # Refused before any process starts: the workers would otherwise train with plain DDP, silently.
-        raise LaunchSettingError("use_deepspeed: this version of Ember's engine has no DeepSpeed backend yet "
-                                 "(engine.DeepSpeedPlugin); shard with --use_fsdp (FSDP2), or leave it out for DDP.")
+    if config.use_deepspeed and importlib.util.find_spec("deepspeed") is None:
+        # Refused before any process starts: every worker would fail the same way at its Accelerator.
+        raise LaunchSettingError("use_deepspeed: the deepspeed package is not installed: pip install "
+                                 "\"ember-train[deepspeed]\".")
     os.environ.update(worker_environment(config))
     # torchrun shares its rendezvous TCPStore with the workers by default, and after an elastic restart workers
     # can read the previous attempt's addresses from it and fail to connect (pytorch/pytorch#135712). A store
@@ -108,12 +109,6 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
               flush=True)
         return 128 + int(signalled.sigval)
     return 0
-
-
-def _engine_has_deepspeed() -> bool:
-    import engine
-
-    return hasattr(engine, "DeepSpeedPlugin")
 
 
 def _root_cause(failed: Any) -> tuple[int, Any, bool]:

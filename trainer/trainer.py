@@ -259,8 +259,8 @@ class Trainer:
                 self.checkpointer.flush(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
             self.loss_check.check()
         reason = self.stop.limit_reached(config)
-        if reason is not None:
-            self.accelerator.print(f"`Trainer.fit` stopped: {reason}")  # as Lightning says it
+        if reason is not None and self.accelerator.is_main_process:  # Lightning's line, on stderr as its log
+            print(f"`Trainer.fit` stopped: {reason}", file=sys.stderr, flush=True)
         hooks.call("on_train_end")
         state.stage = "idle"
         hooks.call("on_fit_end")

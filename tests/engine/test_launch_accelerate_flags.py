@@ -138,7 +138,6 @@ def test_flags_win_over_the_file_in_either_spelling(tmp_path: Path) -> None:
      "num_processes=3 (a total over all machines) does not divide into num_machines=2"),
     (["--num_processes", "4", "--nproc-per-node", "3"], "Both num_processes=4 (in total) and nproc_per_node=3"),
     (["--num_machines", "2"], "--main_process_ip HOST --main_process_port PORT"),
-    (["--use_deepspeed"], "no DeepSpeed backend yet"),
 ])
 def test_bad_settings_are_one_line_before_anything_starts(flags: list[str], message: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

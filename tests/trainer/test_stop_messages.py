@@ -34,7 +34,7 @@ def _data(n: int = 16) -> DataLoader:
                                               ({"max_steps": 3}, "`Trainer.fit` stopped: `max_steps=3` reached.")])
 def test_fit_says_which_limit_ended_it(capsys: Any, limits: dict[str, int], line: str) -> None:
     Trainer(log_with=None, enable_progress_bar=False, enable_model_summary=False, **limits).fit(Regressor(), _data())
-    assert line in capsys.readouterr().out
+    assert line in capsys.readouterr().err  # on stderr, where Lightning's log shows it
 
 
 def test_a_requested_stop_is_not_reported_as_a_limit(capsys: Any) -> None:
@@ -44,7 +44,7 @@ def test_a_requested_stop_is_not_reported_as_a_limit(capsys: Any) -> None:
 
     Trainer(max_epochs=5, log_with=None, enable_progress_bar=False, enable_model_summary=False).fit(StopAtOnce(),
                                                                                                      _data())
-    assert "`Trainer.fit` stopped" not in capsys.readouterr().out
+    assert "`Trainer.fit` stopped" not in capsys.readouterr().err
 
 
 def test_a_logging_interval_longer_than_the_epoch_warns(tmp_path: Any) -> None:
