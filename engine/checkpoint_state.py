@@ -32,7 +32,7 @@ import torch
 
 from engine.checkpoint_direct import read_torch_file
 from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
-from engine.checkpointing import check_file, check_sizes, read_manifest
+from engine.checkpointing import check_file, check_sizes, read_manifest, start_checksums
 from engine.checksum import CHUNKED, FileRecord
 
 SCALER_NAME = "scaler.pt"
@@ -268,10 +268,19 @@ def read_model_weights(folder: str, *, allow_unsafe_pickle: bool = False) -> dic
     """Model 0's full weights from ``folder``, or None when it holds none (an FSDP checkpoint of shards).
 
     ``folder`` is a committed checkpoint (every file's size is checked against the manifest, and the weights
-    file's checksum before it is read) or a manifest-less ``save_model`` folder. ``pytorch_model.bin`` is read
+    file's checksum before it is read; a DeepSpeed checkpoint's partitions are all checked, then joined by
+    DeepSpeed's ``zero_to_fp32``) or a manifest-less ``save_model`` folder. ``pytorch_model.bin`` is read
     like every checkpoint file: without unpickling anything but tensors unless ``allow_unsafe_pickle``.
     """
     manifest = read_manifest(folder)
+    if manifest is not None and "latest" in manifest["files"]:  # DeepSpeed's layout: rebuilt from its partitions
+        from engine.backends.deepspeed import is_deepspeed_checkpoint, read_full_weights
+
+        if is_deepspeed_checkpoint(manifest["files"]):
+            check_sizes(folder, manifest)
+            verify = start_checksums(folder, manifest)
+            verify()
+            return read_full_weights(folder, allow_unsafe_pickle)
     listed = manifest["files"] if manifest is not None else {
         name: None for name in (model_name(0, True), model_name(0, False)) if os.path.exists(_join(folder, name))}
     name = next((model_name(0, safe) for safe in (True, False) if model_name(0, safe) in listed), None)

@@ -303,7 +303,7 @@ class DeepSpeed(Backend):
                     weight_files: Mapping[int, str], models: Sequence[torch.nn.Module], optimizer_states: list[Any],
                     optimizers: Sequence[Any], owners: Sequence[torch.nn.Module], strict: bool,
                     pool: Executor | None, allow_unsafe_pickle: bool = False) -> None:
-        if self.engine is None or f"{TAG}/" not in "".join(manifest["files"]):
+        if self.engine is None or not is_deepspeed_checkpoint(manifest["files"]):
             raise CheckpointError(f"Checkpoint {folder} was not written by a DeepSpeed run (no {TAG}/ folder), or "
                                   "no model was prepared: prepare the model, optimizer and scheduler as when it was "
                                   "saved, under the same DeepSpeed config.")
@@ -312,6 +312,36 @@ class DeepSpeed(Backend):
                                               load_lr_scheduler_states=True)
         if path is None:
             raise CheckpointError(f"DeepSpeed could not load the checkpoint in {folder} (tag {TAG!r}).")
+
+
+def is_deepspeed_checkpoint(files: Any) -> bool:
+    """Whether a checkpoint's files (a manifest's names) are DeepSpeed's layout."""
+    return "latest" in files and any(str(name).startswith(f"{TAG}/") for name in files)
+
+
+def read_full_weights(folder: str, allow_unsafe_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """The full fp32 weights of a DeepSpeed checkpoint folder, rebuilt from its ZeRO partitions by DeepSpeed's
+    own ``zero_to_fp32`` (any stage, any number of processes that wrote it).
+
+    DeepSpeed's reader unpickles its files fully: each is first checked to hold nothing but tensors, plain values
+    and ``safe_globals()`` (the globals its pickle references), unless ``allow_unsafe_pickle``.
+    """
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from engine.checkpoint_io import UnsafeCheckpointError
+
+    if not allow_unsafe_pickle:
+        allowed = {f"{cls.__module__}.{cls.__qualname__}" for cls in safe_globals()}
+        for root, _, names in os.walk(os.path.join(folder, TAG)):
+            for name in names:
+                path = os.path.join(root, name)
+                unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - allowed
+                if unsafe:
+                    raise UnsafeCheckpointError(f"{path} references {sorted(unsafe)}, beyond tensors, plain values "
+                                                "and DeepSpeed's own classes: load it with allow_unsafe_pickle=True "
+                                                "(weights_only=False) only if you trust it.")
+    state = get_fp32_state_dict_from_zero_checkpoint(folder, tag=TAG)
+    return {name: tensor.detach().clone() for name, tensor in state.items()}
 
 
 class _SafeReader:
