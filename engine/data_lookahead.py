@@ -8,7 +8,7 @@ batch k+1 without drawing again from the restored states, so the loader keeps th
 collated its look-ahead batch, saves it with its position, and the resumed run collates that batch once more
 under it, then puts the live (restored) state back.
 
-Taking that state costs ~30 us per batch (numpy's ``get_state`` is most of it), so it is taken only where a
+Taking that state costs a few us per batch (``engine.random.RNGSnapshots``), so it is taken only where a
 collation can draw at all: in this process (workers draw from per-batch seeds instead) and unless the pipeline
 is known to draw nothing (torch's default collate over in-memory tensors, lists and their subsets).
 """
@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader, StackDataset, Subset, TensorDataset
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from engine.random import RawRNGState, cuda_rng_in_use, restore_snapshot, snapshot_rng
+from engine.random import RawRNGState, RNGSnapshots, cuda_rng_in_use, restore_snapshot, snapshot_rng
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ def _reads_without_rng(dataset: Any) -> bool:
     return False
 
 
-def ahead_snapshots(loader: DataLoader, dataset: Any) -> Callable[[], RawRNGState] | None:
+def ahead_snapshots(loader: DataLoader, dataset: Any) -> RNGSnapshots | None:
     """What to call before collating each look-ahead batch of a pass (None: nothing to keep).
 
     Workers collate with their own per-batch seeds, so only a main-process loader whose collation may draw keeps
@@ -59,8 +59,7 @@ def ahead_snapshots(loader: DataLoader, dataset: Any) -> Callable[[], RawRNGStat
         return None
     if any(loader.collate_fn is plain for plain in _PLAIN_COLLATES) and _reads_without_rng(dataset):
         return None
-    cuda = cuda_rng_in_use()
-    return lambda: snapshot_rng(cuda)
+    return RNGSnapshots(cuda_rng_in_use())
 
 
 def as_saved(state: RawRNGState | torch.Tensor | None) -> torch.Tensor | None:

@@ -63,6 +63,12 @@ def noisy_collate(samples: list[Any]) -> list[torch.Tensor]:
     return [*batch, torch.rand(len(samples))]
 
 
+def gauss_collate(samples: list[Any]) -> list[torch.Tensor]:
+    """default_collate, then one gaussian from random and one from numpy: each caches the other of its pair, which
+    the next batch's draw consumes without moving the generator's words (engine.random.RNGSnapshots)."""
+    return [*default_collate(samples), torch.tensor([random.gauss(0.0, 1.0), float(np.random.randn())])]
+
+
 def _fresh(make: Any, seedable: bool = False, dispatch: bool | None = None) -> DataLoader:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
@@ -185,6 +191,12 @@ def test_save_state_and_load_state_carry_the_position(tmp_path: Any) -> None:
 def test_resume_with_a_collator_drawing_from_the_global_rng(workers: int) -> None:
     _assert_resumes_everywhere(lambda: DataLoader(Augmented(10), batch_size=3, shuffle=True, num_workers=workers,
                                                   collate_fn=noisy_collate))
+
+
+def test_resume_with_a_collator_drawing_gaussians() -> None:
+    # Only the collator draws from random and numpy here, so every other batch moves neither generator's words.
+    _assert_resumes_everywhere(lambda: DataLoader(TensorDataset(torch.arange(10.0)), batch_size=3, shuffle=True,
+                                                  collate_fn=gauss_collate))
 
 
 def test_resume_a_dispatched_iterable_dataset_that_draws() -> None:
