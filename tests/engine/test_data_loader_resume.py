@@ -224,3 +224,22 @@ def test_a_pipeline_that_cannot_draw_keeps_no_random_state() -> None:
     for drawing in (DataLoader(tensors, batch_size=3, collate_fn=noisy_collate), DataLoader(Augmented(12), 3)):
         state = mid_epoch(lambda: drawing)  # noqa: B023 (called at once)
         assert state["lookahead"] == ["ahead"] and state["generator_states"][-1].dtype == torch.uint8
+
+
+def test_a_position_saved_before_the_look_ahead_states_still_loads() -> None:
+    # Checkpoints from before this format hold no "lookahead" key and only the samplers' states: the loader goes
+    # on from the saved batch (its look-ahead batch collated from the live random state, as it was then).
+    def make() -> DataLoader:
+        return DataLoader(Augmented(12), batch_size=3, shuffle=True)
+
+    loader = _fresh(make)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()
+    assert state["lookahead"] == ["ahead"]
+    rest = [b[0].tolist() for b in batches]
+    old = {k: v for k, v in state.items() if k != "lookahead"}
+    old["generator_states"] = state["generator_states"][:-1]
+    resumed = _fresh(make)
+    resumed.load_state_dict(old)
+    assert [b[0].tolist() for b in resumed] == rest
