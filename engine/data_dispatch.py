@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from engine.data_lookahead import ahead_snapshots, collate_again
 from engine.data_state import _PreparedLoader
 from engine.operations import (
     broadcast,
@@ -91,6 +92,7 @@ class DataLoaderDispatcher(_PreparedLoader):
         self.state = PartialState()
         if self.device is None:
             self.device = self.state.device
+        self._snapshot: Callable[[], Any] | None = None  # this pass's look-ahead RNG snapshots (process 0)
 
     def _reads_sampler(self) -> bool:
         return self.state.process_index == 0
@@ -112,8 +114,14 @@ class DataLoaderDispatcher(_PreparedLoader):
         steps = raw if self.split_batches else (raw // procs if self._drop_last else math.ceil(raw / procs))
         return max(0, steps - self.skip_batches)
 
-    def _open(self, start: int) -> tuple[Iterator[Any], Any]:
-        """Process 0: the raw batches from the resume point, and the padding rows when the epoch's start is skipped."""
+    def _open(self, start: int, replay: dict[str, torch.Tensor] | None) -> tuple[Iterator[Any], Any, Any]:
+        """Process 0: the raw batches after the resume point, the padding rows when the epoch's start is skipped,
+        and the first step to send (None: the epoch is over).
+
+        Reading a pass that continues a restored epoch (``replay`` not None) leaves the restored random stream as
+        it is: the epoch's first step and the first step to send are collated under the states the interrupted
+        run collated them under, where those were saved (engine/data_lookahead.py).
+        """
         skip = (self.skip_batches + start) * self._per_step
         if not self._is_iterable:
             # Index-level skip, keeping the epoch's first step: the last step is padded with its rows.
@@ -123,12 +131,29 @@ class DataLoaderDispatcher(_PreparedLoader):
         self._control.start = self._control.keep_first = 0
         first = None
         if skip:
-            head = list(itertools.islice(raw, self._per_step))
-            if head:
-                first = _rows(head[0] if len(head) == 1 else concatenate(head), self.state.num_processes)
-            if self._is_iterable:
-                _consume(raw, skip - len(head))  # an iterable dataset cannot skip without reading
-        return raw, first
+            def head() -> list[Any]:
+                return list(itertools.islice(raw, self._per_step))
+
+            if replay is not None:
+                read = collate_again(replay.get("first"), head)
+            else:
+                if self._snapshot is not None:
+                    self._first_rng = self._snapshot()
+                read = head()
+            if read:
+                first = _rows(read[0] if len(read) == 1 else concatenate(read), self.state.num_processes)
+            if self._is_iterable:  # an iterable dataset cannot skip without reading
+                if replay is not None:
+                    collate_again(None, lambda: _consume(raw, skip - len(read)))
+                else:
+                    _consume(raw, skip - len(read))
+        if replay is not None and "ahead" in replay:
+            current = collate_again(replay["ahead"], lambda: self._next_step(raw))
+        else:
+            if not skip and self._snapshot is not None:
+                self._first_rng = self._snapshot()
+            current = self._next_step(raw)
+        return raw, first, current
 
     def _next_step(self, raw: Iterator[Any]) -> Any:
         parts = list(itertools.islice(raw, self._per_step))
@@ -174,20 +199,26 @@ class DataLoaderDispatcher(_PreparedLoader):
             raise
 
     def __iter__(self) -> Iterator[Any]:
-        start = self._start_pass(0)
+        start, replay = self._start_pass(0)
         self._pass = token = object()
         procs, rank = self.state.num_processes, self.state.process_index
+        self._snapshot = ahead_snapshots(self, self.dataset) if rank == 0 else None
+        attrs = self.__dict__  # per-step fields written past DataLoader.__setattr__ (~1.5 us each)
         try:
             raw: Iterator[Any] = iter(())
             first, current = None, None
             if rank == 0:
-                raw, first = self._main_reads(lambda: self._open(start))
-                current = self._main_reads(lambda: self._next_step(raw))
+                raw, first, current = self._main_reads(lambda: self._open(start, replay))
                 if first is None and current is not None:
                     first = _rows(current, procs)
             while True:
-                # Process 0 reads one step ahead so that every process learns which step is the last.
+                # Process 0 reads one step ahead (as Accelerate's dispatcher) so that every process learns which
+                # step is the last; the state it reads it under is kept for a checkpoint taken meanwhile.
+                if current is not None and self._snapshot is not None:
+                    attrs["_ahead_rng"] = self._snapshot()
                 nxt = self._main_reads(lambda: self._next_step(raw)) if current is not None else None
+                if nxt is None:
+                    attrs["_ahead_rng"] = None
                 shared = self._share(current, nxt is None, first)
                 if shared is None:
                     break

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from engine.data_dispatch import DataLoaderDispatcher, slice_tensors
+from engine.data_lookahead import ahead_snapshots, collate_again
 from engine.data_state import _draw_loader_seed, _PreparedLoader, _user_worker_init
 from engine.operations import send_to_device
 from engine.samplers import (
@@ -48,10 +49,10 @@ _END = object()
 class DataLoaderShard(_PreparedLoader):
     """A DataLoader that yields this process's share of the batches, on ``device``, with an exact position.
 
-    It reads one batch ahead so that ``end_of_dataloader`` is True while the last batch is being used (for a
-    map-style dataset read in this process, ahead in *indices* only, so no sample is fetched early), registers
-    itself as the GradientState's active loader while iterated, and synchronises ``rng_types`` across processes
-    at the start of every epoch.
+    It collates one batch ahead, as Accelerate's loader does, so that ``end_of_dataloader`` is True while the last
+    batch is being used and random draws in collation come in Accelerate's order (engine/data_lookahead.py says
+    how a resumed run gets the look-ahead batch again), registers itself as the GradientState's active loader
+    while iterated, and synchronises ``rng_types`` across processes at the start of every epoch.
 
     Args:
         dataset: the dataset (already sharded, for an iterable one).
@@ -69,9 +70,6 @@ class DataLoaderShard(_PreparedLoader):
         super().__init__(dataset, device=device, rng_types=rng_types, synchronized_generator=synchronized_generator,
                          skip_batches=skip_batches, _drop_last=_drop_last, _non_blocking=_non_blocking, _seed=_seed,
                          _process_index=_process_index, **kwargs)
-        # In this process, look ahead in indices: fetching a sample early would move its random draws before the
-        # current training step. Workers draw from per-batch seeds, so there batches may be read ahead.
-        self._control.peek_ahead = not self._is_iterable and self.num_workers == 0
 
     def begin(self) -> None:
         super().begin()
@@ -81,43 +79,57 @@ class DataLoaderShard(_PreparedLoader):
         return max(0, DataLoader.__len__(self) - self.skip_batches)
 
     def __iter__(self) -> Iterator[Any]:
-        start = self._start_pass(self._rank)
+        start, replay = self._start_pass(self._rank)
         self._pass = token = object()
         device, non_blocking = self.device, self._non_blocking
-        # DataLoader.__setattr__ costs ~1.5 us per assignment: the per-batch counter is bumped in __dict__ directly.
+        snapshot = ahead_snapshots(self, self.dataset)
+        # DataLoader.__setattr__ costs ~1.5 us per assignment: per-batch fields are written to __dict__ directly.
         attrs = self.__dict__
         try:
             if self._is_iterable:
                 batches = DataLoader.__iter__(self)
-                _consume(batches, self.skip_batches + start)  # an iterable dataset cannot skip without reading
+                skip = self.skip_batches + start
+                if skip and replay is not None:  # read to the position without shifting the restored stream
+                    collate_again(None, lambda: _consume(batches, skip))
+                else:
+                    _consume(batches, skip)  # an iterable dataset cannot skip without reading
             else:
                 self._control.start = self.skip_batches + start
                 batches = DataLoader.__iter__(self)
                 self._control.start = 0
-            if self._control.peek_ahead:
-                peek = self._control.peek
-                assert peek is not None
-                for batch in _single_process_batches(batches):
-                    if peek.exhausted:
-                        self.end_of_dataloader = True
-                    if device is not None:
-                        batch = send_to_device(batch, device, non_blocking=non_blocking)
-                    attrs["_batches_yielded"] += 1
-                    yield batch
+            if replay is not None and "ahead" in replay:
+                # The interrupted run collated this batch before its checkpoint: again, under the same state.
+                current = collate_again(replay["ahead"], lambda: next(batches, _END))
             else:
                 current = next(batches, _END)
-                if current is not _END:
+            if current is not _END:
+                # In this process, once the first batch is read, the iterator's _next_data gives the same batches
+                # as __next__ without its profiler range (which costs more than fetching a small batch, with no
+                # profiler running), its yield counter (kept below) and its length warning for iterable datasets
+                # (which go through __next__); with a profiler recording, __next__ runs as usual.
+                next_data = batches._next_data if self.num_workers == 0 and not self._is_iterable else None
+                while True:
                     if device is not None:
                         current = send_to_device(current, device, non_blocking=non_blocking)
-                    for upcoming in batches:
-                        attrs["_batches_yielded"] += 1
-                        yield current
-                        current = upcoming
-                        if device is not None:
-                            current = send_to_device(current, device, non_blocking=non_blocking)
-                    self.end_of_dataloader = True
+                    # Accelerate's order: batch k+1 is collated before batch k is yielded (it is how the end of
+                    # the loader is known), so its random draws precede batch k's training step.
+                    if snapshot is not None:
+                        attrs["_ahead_rng"] = snapshot()
+                    try:
+                        if next_data is not None and not _profiler_enabled():
+                            upcoming = next_data()
+                            batches._num_yielded += 1
+                        else:
+                            upcoming = next(batches)
+                    except StopIteration:
+                        break
                     attrs["_batches_yielded"] += 1
                     yield current
+                    current = upcoming
+                attrs["_ahead_rng"] = None
+                self.end_of_dataloader = True
+                attrs["_batches_yielded"] += 1
+                yield current
             self._finish_pass()
         finally:
             # A pass abandoned by `break` ends when its generator is collected; if a newer pass started
@@ -140,32 +152,6 @@ class DataLoaderShard(_PreparedLoader):
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 
-def _single_process_batches(batches: Any) -> Iterator[Any]:
-    """The batches of a main-process DataLoader iterator, read through its ``_next_data`` while no profiler records.
-
-    ``__next__`` adds to ``_next_data`` a profiler range (which costs more than fetching a small batch even with
-    no profiler running), a lazy reset that has already happened once the first batch is read, the yield counter,
-    and a length warning for iterable datasets (which never come here). So after the first batch, with no profiler
-    recording, the same batches come out in the same order for less; with one recording, ``__next__`` runs as usual.
-    """
-    first = next(batches, _NOTHING)
-    if first is _NOTHING:
-        return
-    yield first
-    next_data = batches._next_data
-    while True:
-        try:
-            if _profiler_enabled():
-                batch = next(batches)
-            else:
-                batch = next_data()
-                batches._num_yielded += 1
-        except StopIteration:
-            return
-        yield batch
-
-
-_NOTHING = object()
 
 
 class SkipDataLoader(DataLoader):

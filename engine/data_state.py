@@ -19,14 +19,14 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from engine.random import synchronize_rng_states
+from engine.data_lookahead import as_saved
+from engine.random import RawRNGState, synchronize_rng_states
 from engine.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor
 from engine.state import GradientState, PartialState
 
 _M64 = (1 << 64) - 1
 _LOADER_SALT = 0x6C6F61646572  # separates the DataLoader-seed stream from the worker streams
 _WORKER_SALT = 0x776F726B6572
-_END = object()
 
 
 def _splitmix64(x: int) -> int:
@@ -95,42 +95,15 @@ def _user_worker_init(fn: Any) -> Callable[[int], None] | None:
     return fn.user_fn if isinstance(fn, _WorkerInit) else fn
 
 
-class _Peeking:
-    """Reads an iterator one item ahead so ``exhausted`` is known when the last item is returned.
-
-    ``items`` is the iterator to draw from: a generator, which resumes for less than a ``__next__`` method costs
-    (this runs once per batch).
-    """
-
-    __slots__ = ("exhausted", "items")
-
-    def __init__(self, it: Iterator[Any]) -> None:
-        self.exhausted = False
-        self.items = self._ahead(it)
-
-    def _ahead(self, it: Iterator[Any]) -> Iterator[Any]:
-        current = next(it, _END)
-        if current is _END:
-            self.exhausted = True
-            return
-        for upcoming in it:
-            yield current
-            current = upcoming
-        self.exhausted = True
-        yield current
-
-
 class _StreamControl:
     """What the next pass over the index stream must do; set by the loader around ``DataLoader.__iter__``."""
 
-    __slots__ = ("keep_first", "peek", "peek_ahead", "seed_base", "seen", "start")
+    __slots__ = ("keep_first", "seed_base", "seen", "start")
 
     def __init__(self) -> None:
         self.start = 0  # batches to skip (index level)
         self.keep_first = 0  # batches from the epoch start to yield before skipping (dispatcher padding)
         self.seed_base: int | None = None  # set: tag batches with per-batch worker seeds
-        self.peek_ahead = False  # wrap in _Peeking (index-level look-ahead)
-        self.peek: _Peeking | None = None
         self.seen: list[Any] | None = None  # set: every index batch drawn in the current pass, in order
 
 
@@ -150,11 +123,7 @@ class _IndexStream:
         c = self.control
         # chain.from_iterable asks _batches for its iterator on the first draw only, then reads it in C: lazy
         # without a Python generator frame per batch.
-        batches = itertools.chain.from_iterable(self._batches(c.start, c.keep_first, c.seed_base))
-        if c.peek_ahead:
-            c.peek = _Peeking(batches)
-            return c.peek.items
-        return batches
+        return itertools.chain.from_iterable(self._batches(c.start, c.keep_first, c.seed_base))
 
     def _batches(self, start: int, keep: int, seed_base: int | None) -> Iterator[Iterator[Any]]:
         """Yields one item: the iterator of this pass's index batches (built when the first one is drawn)."""
@@ -238,6 +207,12 @@ class _PreparedLoader(DataLoader):
         self._view_offset = 0  # batches the view starts after its parent's epoch start
         self._active_view: weakref.ReferenceType[_PreparedLoader] | None = None
         self._batches_yielded = 0
+        # RNG states from just before the pending look-ahead batch (and, for the dispatcher, the epoch's first
+        # step) were collated, while a pass keeps them (engine/data_lookahead.py); `_replay` holds those a
+        # checkpoint restored, for the resumed pass to collate those batches again under.
+        self._ahead_rng: RawRNGState | torch.Tensor | None = None
+        self._first_rng: RawRNGState | torch.Tensor | None = None
+        self._replay: dict[str, torch.Tensor] = {}
         self._epoch_active = False
         self._epoch_start_states: list[torch.Tensor] = []
         self._pass: object | None = None
@@ -362,10 +337,18 @@ class _PreparedLoader(DataLoader):
             return -1
 
     # -- one pass --------------------------------------------------------------------------------------------
-    def _start_pass(self, seed_rank: int) -> int:
-        """Everything that happens before the first batch of a pass; returns the batches to skip."""
+    def _start_pass(self, seed_rank: int) -> tuple[int, dict[str, torch.Tensor] | None]:
+        """Everything that happens before the first batch of a pass.
+
+        Returns the batches to skip and, for a pass that continues a restored epoch (else None), the RNG states
+        batches it reads again were first collated under (``"ahead"``: the first batch it yields; ``"first"``:
+        the epoch's first step, which a dispatcher reads again for its padding rows; either may be absent).
+        """
         start, self._pending = self._pending, 0
         resuming, self._resume_first, self._restored = start > 0 or self._resume_first, False, False
+        replay, self._replay = (self._replay if resuming else None), {}
+        self._ahead_rng = None
+        self._first_rng = replay.get("first") if replay else None
         self._active_view = None  # a pass of this loader supersedes any view's
         parent = self._parent() if self._parent is not None else None
         if parent is not None:  # the parent's checkpoints report this pass (save_state holds the parent)
@@ -384,7 +367,7 @@ class _PreparedLoader(DataLoader):
         self._batches_yielded = start
         self._epoch_active = True
         self.begin()
-        return start
+        return start, replay
 
     def _reads_sampler(self) -> bool:
         return True
@@ -416,6 +399,7 @@ class _PreparedLoader(DataLoader):
     def _finish_pass(self) -> None:
         self.iteration += 1
         self._epoch_active = False
+        self._ahead_rng = self._first_rng = None
         parent = self._parent() if self._parent is not None else None
         if parent is not None and parent._active_view is not None and parent._active_view() is self:
             # The view ran the parent's epoch: the parent's next pass is the next epoch.
@@ -424,10 +408,13 @@ class _PreparedLoader(DataLoader):
 
     # -- exact position --------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Epoch, batches already yielded in it, and the random state the epoch started from.
+        """Epoch, batches already yielded in it, and the random states its coming batches depend on.
 
-        Restoring it into a freshly prepared loader continues with exactly the batches an uninterrupted run
-        would produce next. Values are ints and tensors (``torch.load(weights_only=True)``-safe).
+        ``generator_states`` holds the sampler generators' states at the epoch's start, then the process's RNG
+        states its look-ahead batch (and, for a dispatcher, the epoch's first step) was collated under, named in
+        order by ``lookahead`` (none where collation cannot draw: engine/data_lookahead.py). Restoring it into a
+        freshly prepared loader continues with exactly the batches an uninterrupted run would produce next.
+        Values are ints, lists and tensors (``torch.load(weights_only=True)``-safe).
         """
         view = self._active_view() if self._active_view is not None else None
         if view is not None and view._epoch_active:
@@ -441,17 +428,23 @@ class _PreparedLoader(DataLoader):
             # (`load_state` alone, or with `skip_first_batches(dl, 0)` for the next epoch) agree on it.
             active, iteration = False, iteration + 1
         states = self._epoch_start_states if active else [g.get_state() for g in self._generators()]
+        replay = {"ahead": as_saved(self._ahead_rng), "first": as_saved(self._first_rng)} if active else self._replay
+        lookahead = [name for name in ("ahead", "first") if replay.get(name) is not None]
         seedable = self._seedable_sampler()
         return {"iteration": iteration,
                 "batches_yielded": self._batches_yielded if active else self._pending,
                 "seed": self._seed,
-                "generator_states": [s.clone() for s in states],
-                "sampler_seed": seedable.initial_seed if seedable is not None else None}
+                "generator_states": [s.clone() for s in states] + [replay[name] for name in lookahead],
+                "sampler_seed": seedable.initial_seed if seedable is not None else None,
+                "lookahead": lookahead}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (see ``state_dict``): the next pass starts at the saved batch."""
         generators = self._generators()
+        lookahead = list(state.get("lookahead", []))  # absent in checkpoints from before the look-ahead states
         states = list(state["generator_states"])
+        replay = states[len(states) - len(lookahead):] if lookahead else []
+        states = states[:len(states) - len(replay)]
         if len(states) != len(generators):
             raise ValueError(f"This data loader's state holds {len(states)} generator state(s) but the loader has "
                              f"{len(generators)} generator(s): prepare the same DataLoader (same sampler, shuffle "
@@ -466,6 +459,7 @@ class _PreparedLoader(DataLoader):
             self.worker_init_fn.seed = self._seed
         self.iteration = int(state["iteration"])
         self._pending = int(state["batches_yielded"])
+        self._replay = dict(zip(lookahead, replay))
         self._epoch_active = False
         self._restored = True
         self._active_view = None
@@ -506,7 +500,10 @@ class _PreparedLoader(DataLoader):
 
     def _copy_state_to(self, other: _PreparedLoader, num_batches: int) -> None:
         """Make ``other`` (a view skipping ``num_batches`` more) continue this loader's epoch and random state."""
+        replay = self._replay
         other._resume_first = self._claim_restored_position(num_batches)
+        if other._resume_first:  # the view's first pass continues the restored epoch: it collates those batches
+            other._replay, self._replay = replay, {}
         other._parent = weakref.ref(self)
         other._view_offset = num_batches
         other.iteration = self.iteration

@@ -369,6 +369,10 @@ class AcceleratorState:
     """
 
     _shared: _AcceleratorRecord | None = None
+    # Process information comes from the shared PartialState through this view, which holds nothing itself: kept
+    # on the class, so an instance's __dict__ is empty and equal to an unpickled one's (Accelerate's own test
+    # compares `state.__dict__` across pickling; its states share one dict).
+    _partial: ClassVar[PartialState] = PartialState.__new__(PartialState)
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  deepspeed_plugin: Any = None, fsdp_plugin: Any = None, megatron_lm_plugin: Any = None,
@@ -377,12 +381,12 @@ class AcceleratorState:
         if _environment is None and AcceleratorState._shared is not None:
             # A view of the built state only checks `cpu` against it: one variable, not the whole set.
             cpu = cpu or read_use_cpu()
-            self._partial = PartialState(cpu, **kwargs)
+            PartialState(cpu, **kwargs)
             self._check_initialized(mixed_precision, cpu)
             return
         env = _environment if _environment is not None else EngineEnvironment.from_env()
         cpu = cpu or env.use_cpu
-        self._partial = PartialState(cpu, _environment=env, **kwargs)
+        PartialState(cpu, _environment=env, **kwargs)
         if AcceleratorState._shared is not None:
             self._check_initialized(mixed_precision, cpu)
             return
@@ -406,11 +410,13 @@ class AcceleratorState:
             raise ValueError("AcceleratorState has already been initialized and cannot be changed: it runs on "
                              f"{self.device}, so `cpu=True` cannot take effect. Restart the process.")
 
-    @property
-    def _record(self) -> _AcceleratorRecord:
+    @staticmethod
+    def _record(name: str) -> _AcceleratorRecord:
         if AcceleratorState._shared is None:
-            raise AttributeError("`AcceleratorState` is not initialised (was `AcceleratorState._reset_state()` "
-                                 "called?): create an `Accelerator()` again before reading it.")
+            # Accelerate's wording (its own test scripts match it), then what to do.
+            raise AttributeError(f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+                                 "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` "
+                                 "was not reinitialized: create an `Accelerator()` again before reading it.")
         return AcceleratorState._shared
 
     @property
@@ -425,15 +431,15 @@ class AcceleratorState:
 
     @property
     def mixed_precision(self) -> str:
-        return self._record.mixed_precision
+        return self._record("mixed_precision").mixed_precision
 
     @property
     def fsdp_plugin(self) -> Any:
-        return self._record.fsdp_plugin
+        return self._record("fsdp_plugin").fsdp_plugin
 
     @property
     def dynamo_plugin(self) -> Any:
-        return self._record.dynamo_plugin
+        return self._record("dynamo_plugin").dynamo_plugin
 
     @property
     def deepspeed_plugin(self) -> Any:

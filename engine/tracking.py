@@ -18,6 +18,7 @@ from trackers import (
     available_trackers,
     check_values,
     get_tracker_class,
+    group_values,
     known_trackers,
     normalize_values,
 )
@@ -131,8 +132,13 @@ class TrackerHub:
             check_values(values)  # same errors on every rank, without a host sync for tensors nobody logs
             return
         flat = normalize_values(values)
+        grouped: dict[str, Any] | None = None
         for tracker in self._trackers:
-            tracker.log(flat, step=step, **log_kwargs.get(tracker.name, {}))
+            payload: dict[str, Any] = flat
+            if tracker.accepts_grouped_values:
+                grouped = group_values(values, flat) if grouped is None else grouped
+                payload = grouped
+            tracker.log(payload, step=step, **log_kwargs.get(tracker.name, {}))
 
     def get(self, name: str, unwrap: bool = False) -> Any:
         """This rank's tracker ``name`` (its ``.tracker`` when ``unwrap``); a blank one on a rank without any.

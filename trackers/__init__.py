@@ -18,7 +18,7 @@ from trackers.registry import (
     unregister_tracker_class,
 )
 from trackers.tensorboard_tracker import TensorBoardTracker
-from trackers.values import check_values, normalize_values
+from trackers.values import check_values, group_values, normalize_values
 from trackers.wandb_tracker import WandBTracker
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "available_trackers",
     "check_values",
     "get_tracker_class",
+    "group_values",
     "is_installed",
     "known_trackers",
     "normalize_values",

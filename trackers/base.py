@@ -44,6 +44,9 @@ class GeneralTracker:
     * ``extra``: the ``ember-train`` extra that installs ``package`` (used in the "not installed" error).
     * ``accepts_logging_directory``: when true and the engine has a logging directory, the engine passes it as
       the ``logging_dir=`` keyword even though the tracker does not require one (wandb uses it as ``dir``).
+    * ``accepts_grouped_values``: when true, ``log`` receives a logged dict as one group (``{"glue": {"acc":
+      0.5}}``, see ``trackers.group_values``) instead of flattened ``"glue/acc"`` names (TensorBoard shows a
+      group as one chart, as Accelerate's and Lightning's trackers do).
 
     One instance attribute is read by the engine: ``opened_by_owner`` (default ``False``). An owner that opened
     the run itself before ``init_trackers`` (a Lightning-style logger whose ``experiment`` was used early) sets
@@ -69,6 +72,7 @@ class GeneralTracker:
     requires_logging_directory: ClassVar[bool]
     main_process_only: ClassVar[bool] = True
     accepts_logging_directory: ClassVar[bool] = False
+    accepts_grouped_values: ClassVar[bool] = False
     package: ClassVar[str | None] = None
     extra: ClassVar[str | None] = None
 
@@ -122,7 +126,8 @@ class GeneralTracker:
         """Record the run's configuration (hyper-parameters)."""
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Log flat ``values`` (as produced by ``trackers.normalize_values``) at ``step``."""
+        """Log flat ``values`` (as produced by ``trackers.normalize_values``; grouped one level deep by
+        ``trackers.group_values`` for a tracker with ``accepts_grouped_values``) at ``step``."""
 
     def finish(self) -> None:
         """Flush and close the run."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import time
+from typing import Any, Literal
 
 from trackers import run_paths
 from trackers.base import GeneralTracker, started
@@ -12,15 +13,25 @@ from trackers.values import flatten_config
 
 # TensorBoard hides events at or after a restart marker's step; a new run's marker must hide nothing.
 _NEW_RUN_MARKER_STEP = 2**62
+_LAYOUTS = ("accelerate", "lightning")
 
 
 class TensorBoardTracker(GeneralTracker):
-    """Write event files to ``{logging_dir}/{run_name}`` (Accelerate's layout).
+    """Write event files to ``{logging_dir}/{run_name}``, laid out as Accelerate's tracker or Lightning's logger.
 
-    Numbers go to ``add_scalar``, strings to ``add_text``; the configuration goes to the hparams plugin *in
-    the same run folder* (Accelerate's ``add_hparams`` makes a timestamped sub-run instead) and to
-    ``hparams.json``. Events are flushed after every ``log`` call. Extra keyword arguments go to
-    ``SummaryWriter``.
+    Numbers go to ``add_scalar``, strings to ``add_text``, and a logged dict to ``add_scalars`` (both
+    layouts): ``log({"glue": {"acc": 0.5}})`` writes the tag ``glue`` into the sub-folder ``glue_acc`` (its
+    string entries go to ``add_text`` as ``glue/...``). The configuration goes to the hparams plugin, with its
+    nested dicts flattened to ``a/b`` names and values other than numbers, bools and strings shown as their
+    ``str()`` (Accelerate raises on those):
+
+    * ``layout="accelerate"`` (the default; what ``Accelerator(log_with="tensorboard")`` writes): as
+      Accelerate's ``add_hparams``, in a sub-run named by the time (``{run}/{time.time()}/``), and the
+      configuration as YAML in ``{run}/{time.time()}/hparams.yml`` (a second timestamped folder, as Accelerate).
+    * ``layout="lightning"`` (``trainer.loggers.TensorBoardLogger``): in the run folder itself, as Lightning's
+      logger, and as JSON in ``{run}/hparams.json``.
+
+    Events are flushed after every ``log`` call. Extra keyword arguments go to ``SummaryWriter``.
 
     Resume: ``start()`` after ``load_state_dict`` writes TensorBoard's restart marker
     (``SummaryWriter(purge_step=last saved step + 1)``), so TensorBoard hides what the interrupted run logged
@@ -35,8 +46,16 @@ class TensorBoardTracker(GeneralTracker):
     package = "tensorboard"
     extra = "tensorboard"
 
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
+    accepts_grouped_values = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], *,
+                 layout: Literal["accelerate", "lightning"] = "accelerate", **kwargs: Any) -> None:
         super().__init__()
+        if layout not in _LAYOUTS:
+            raise ValueError(f"TensorBoardTracker(layout={layout!r}): expected 'accelerate' (hyper-parameters in a "
+                             "timestamped sub-run, as Accelerate) or 'lightning' (in the run folder, as Lightning's "
+                             "TensorBoardLogger).")
+        self.layout = layout
         self.run_name = run_name
         # Absolute now: a later chdir (or a resume from another working directory) cannot move the run.
         self.logging_dir = os.path.abspath(os.fspath(logging_dir))
@@ -44,6 +63,7 @@ class TensorBoardTracker(GeneralTracker):
         self.writer_kwargs = kwargs
         self._writer: Any = None
         self._purge_step: int | None = None
+        self._marker_step: int | None = None  # the restart marker's step in this run's folders (start())
         self._last_step: int | None = None
 
     @property
@@ -58,6 +78,7 @@ class TensorBoardTracker(GeneralTracker):
 
         kwargs = dict(self.writer_kwargs)
         kwargs.setdefault("purge_step", _NEW_RUN_MARKER_STEP if self._purge_step is None else self._purge_step)
+        self._marker_step = kwargs["purge_step"]
         self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
 
     def store_init_configuration(self, values: dict[str, Any]) -> None:
@@ -67,29 +88,61 @@ class TensorBoardTracker(GeneralTracker):
         # The hparams plugin takes only numbers, bools and strings: anything else is shown as its str().
         plugin_values = {k: v if isinstance(v, (int, float, str)) else str(v) for k, v in flat.items()
                          if v is not None}
+        writer = self._started()
+        if self.layout == "accelerate":
+            writer.add_hparams(plugin_values, {})  # torch names the sub-run str(time.time())
+            folder = os.path.join(self.log_dir, str(time.time()))
+            os.makedirs(folder, exist_ok=True)
+            _write(os.path.join(folder, "hparams.yml"), _yaml(values))
+            return
         experiment, session_start, session_end = hparams(plugin_values, {})
-        file_writer = self._started().file_writer
         for summary in (experiment, session_start, session_end):
-            file_writer.add_summary(summary)
-        file_writer.flush()
-        path = os.path.join(self.log_dir, "hparams.json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=2, default=str)
-        os.replace(path + ".tmp", path)
+            writer.file_writer.add_summary(summary)
+        writer.file_writer.flush()
+        _write(os.path.join(self.log_dir, "hparams.json"), json.dumps(values, indent=2, default=str))
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         writer = self._started()
         for key, value in values.items():
-            if isinstance(value, str):
+            if isinstance(value, dict):
+                numbers = {name: v for name, v in value.items() if not isinstance(v, str)}
+                if numbers:
+                    self._open_groups(writer, key, numbers)
+                    writer.add_scalars(key, numbers, global_step=step, **kwargs)
+                for name, v in value.items():
+                    if isinstance(v, str):
+                        writer.add_text(f"{key}/{name}", v, global_step=step, **kwargs)
+            elif isinstance(value, str):
                 writer.add_text(key, value, global_step=step, **kwargs)
             elif isinstance(value, (int, float)):
                 writer.add_scalar(key, value, global_step=step, **kwargs)
             else:
                 raise TypeError(f"TensorBoardTracker.log got {type(value).__name__} for {key!r}: pass values "
-                                "through trackers.normalize_values first (the engine does).")
+                                "through trackers.normalize_values (and group_values) first (the engine does).")
         writer.flush()
         if step is not None:
             self._last_step = step
+
+    def _open_groups(self, writer: Any, key: str, numbers: dict[str, Any]) -> None:
+        """Open the sub-folders ``add_scalars(key, numbers)`` writes to that are not open yet, each starting with
+        the restart marker the run folder got at ``start()`` (what ``SummaryWriter(purge_step=...)`` writes).
+
+        Each sub-folder is a run of its own to TensorBoard: without the marker, a resumed run's groups would show
+        the interrupted run's points after the checkpoint beside the new ones. The folders are named as torch's
+        ``add_scalars`` names them, so it finds them open and writes there.
+        """
+        if self._marker_step is None:
+            return
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from torch.utils.tensorboard.writer import FileWriter
+
+        for name in numbers:
+            folder = f"{writer.get_logdir()}/{key.replace('/', '_')}_{name}"
+            if folder not in writer.all_writers:
+                group = FileWriter(folder, writer.max_queue, writer.flush_secs, writer.filename_suffix)
+                group.add_event(Event(step=self._marker_step, file_version="brain.Event:2"))
+                group.add_event(Event(step=self._marker_step, session_log=SessionLog(status=SessionLog.START)))
+                writer.all_writers[folder] = group
 
     def finish(self) -> None:
         if self._writer is not None:
@@ -113,3 +166,23 @@ class TensorBoardTracker(GeneralTracker):
 
     def _started(self) -> Any:
         return started(self._writer, "TensorBoardTracker")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _yaml(values: dict[str, Any]) -> str:
+    """``values`` as YAML (as Accelerate writes hparams.yml), objects YAML cannot hold written as their str()."""
+    import yaml
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+    return yaml.safe_dump(plain(values))

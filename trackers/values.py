@@ -45,6 +45,31 @@ def flatten_config(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any
     return flat
 
 
+def group_values(values: Mapping[str, Any], flat: Mapping[str, Scalar]) -> dict[str, Scalar | dict[str, Scalar]]:
+    """``flat`` (``normalize_values(values)``) regrouped as ``values`` nests them, one level deep.
+
+    A top-level dict becomes a dict of its leaves, each named by its path below it (``"b"``, ``"c/d"``); other
+    values stay as they are. For trackers that show a dict as one group (TensorBoard's ``add_scalars``), with
+    the values already converted: no second ``.item()``.
+
+    Example:
+        >>> values = {"loss": 0.5, "glue": {"acc": 1, "f1": {"macro": 0.25}}, "val/acc": 0.75}
+        >>> group_values(values, normalize_values(values))
+        {'loss': 0.5, 'glue': {'acc': 1, 'f1/macro': 0.25}, 'val/acc': 0.75}
+    """
+    grouped: dict[str, Scalar | dict[str, Scalar]] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            grouped[key] = {name: flat[f"{key}/{name}"] for name, _ in _flatten(value, "", _keep)}
+        else:
+            grouped[key] = flat[key]
+    return grouped
+
+
+def _keep(key: str, value: Any) -> None:
+    return None
+
+
 def check_values(values: Mapping[str, Any]) -> None:
     """Raise exactly as ``normalize_values`` would, without converting anything (no ``.item()``, no sync).
 

@@ -212,3 +212,43 @@ def test_dispatching_batches_of_different_shapes_fails_on_every_process(run_dist
     r0, r1 = run_distributed(_dispatch_shape_error, timeout=60)
     assert "different shapes [(4, 3), (4, 5)]" in r0 and "dispatch_batches=False" in r0
     assert r1.startswith("Process 0 failed to read the next batch") and "(4, 3), (4, 5)" in r1
+
+
+def _resume_dispatched_everywhere() -> dict[str, Any]:
+    """A dispatcher whose samples draw from the global RNGs, restarted from every checkpoint of 2 epochs.
+
+    Process 0 reads every step (and one ahead) and pads the short last step with the epoch's first rows, which a
+    restarted pass reads again: both must come out as they did, under the states they were first read under.
+    """
+    def fresh() -> Any:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+        return accelerator.prepare(DataLoader(Augmented(11), batch_size=2, shuffle=True))
+
+    rank = int(os.environ["RANK"])
+    random.seed(7)
+    np.random.seed(7)
+    torch.manual_seed(7)
+    loader = fresh()
+    checkpoints: list[Any] = [(0, copy.deepcopy(loader.state_dict()), capture_rng_state())]
+    full = _train(loader, checkpoints)
+    failures = []
+    for i, (done, loader_state, rng_state) in enumerate(checkpoints):
+        random.seed(1000 * rank + i)
+        np.random.seed(1000 * rank + i)
+        torch.manual_seed(1000 * rank + i)
+        resumed = fresh()
+        resumed.load_state_dict(loader_state)
+        restore_rng_state(rng_state)
+        if _train(resumed) != full[done:]:
+            failures.append(done)
+    return {"failures": failures, "checked": len(checkpoints), "type": type(loader).__name__,
+            "last": full[len(full) // EPOCHS - 1][0]}
+
+
+def test_a_dispatcher_resumes_exactly_with_random_samples_and_padding(run_distributed: Any) -> None:
+    r0, r1 = run_distributed(_resume_dispatched_everywhere)
+    assert r0["type"] == "DataLoaderDispatcher" and r0["checked"] == 3 * EPOCHS + EPOCHS + 1
+    assert r0["failures"] == [] and r1["failures"] == []
+    assert len(r0["last"][0]) == 2 and r0["last"][0] != r1["last"][0]  # the padded last step: 3 real rows + 1

@@ -61,7 +61,7 @@ def test_single_process_table_row(source: str) -> None:
     assert loader.iteration == 1 and not GradientState().in_dataloader
 
 
-def test_end_of_dataloader_is_set_before_the_last_batch_without_fetching_ahead() -> None:
+def test_end_of_dataloader_is_set_before_the_last_batch_and_the_next_batch_is_read_first() -> None:
     fetched: list[int] = []
 
     class Recording(Dataset):
@@ -75,10 +75,10 @@ def test_end_of_dataloader_is_set_before_the_last_batch_without_fetching_ahead()
     loader = prepare_data_loader(DataLoader(Recording(), batch_size=2), num_processes=1, process_index=0)
     seen = []
     for batch in loader:
-        # Index-level look-ahead: the samples of the next batch are not read while this one is in use.
+        # Accelerate's order: batch k+1 is read (and collated) before batch k is yielded.
         seen.append((batch.tolist(), loader.end_of_dataloader, sorted(fetched)))
         assert GradientState().active_dataloader is loader
-    assert seen == [([0, 1], False, [0, 1]), ([2, 3], False, [0, 1, 2, 3]), ([4, 5], True, list(range(6)))]
+    assert seen == [([0, 1], False, [0, 1, 2, 3]), ([2, 3], False, list(range(6))), ([4, 5], True, list(range(6)))]
     assert GradientState().active_dataloader is None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, default_collate
 
 from engine import Accelerator, DataLoaderConfiguration
 from engine.random import capture_rng_state, restore_rng_state
@@ -46,10 +46,34 @@ class Stream(IterableDataset):
         return iter(range(11))
 
 
-def _fresh(make: Any, seedable: bool = False) -> DataLoader:
+class NoisyStream(IterableDataset):
+    """An iterable dataset whose items carry draws from torch, random and numpy (augmentation while streaming)."""
+
+    def __len__(self) -> int:
+        return 11
+
+    def __iter__(self) -> Any:
+        for i in range(11):
+            yield i, torch.rand(()).item(), random.random(), float(np.random.rand())
+
+
+def noisy_collate(samples: list[Any]) -> list[torch.Tensor]:
+    """default_collate, then noise from the global torch RNG (a masking collator)."""
+    batch = default_collate(samples)
+    return [*batch, torch.rand(len(samples))]
+
+
+def gauss_collate(samples: list[Any]) -> list[torch.Tensor]:
+    """default_collate, then one gaussian from random and one from numpy: each caches the other of its pair, which
+    the next batch's draw consumes without moving the generator's words (engine.random.RNGSnapshots)."""
+    return [*default_collate(samples), torch.tensor([random.gauss(0.0, 1.0), float(np.random.randn())])]
+
+
+def _fresh(make: Any, seedable: bool = False, dispatch: bool | None = None) -> DataLoader:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=seedable))
+    config = DataLoaderConfiguration(use_seedable_sampler=seedable, dispatch_batches=dispatch)
+    accelerator = Accelerator(cpu=True, dataloader_config=config)
     return accelerator.prepare(make())
 
 
@@ -71,11 +95,11 @@ def _train(loader: Any, checkpoints: list[tuple[int, dict[str, Any]]] | None = N
     return steps
 
 
-def _assert_resumes_everywhere(make: Any, seedable: bool = False) -> None:
+def _assert_resumes_everywhere(make: Any, seedable: bool = False, dispatch: bool | None = None) -> None:
     random.seed(1234)
     np.random.seed(1234)
     torch.manual_seed(1234)
-    loader = _fresh(make, seedable)
+    loader = _fresh(make, seedable, dispatch)
     checkpoints = [(0, _checkpoint(loader))]
     full = _train(loader, checkpoints)
     assert len(checkpoints) == len(full) + EPOCHS + 1
@@ -83,7 +107,7 @@ def _assert_resumes_everywhere(make: Any, seedable: bool = False) -> None:
         random.seed(n + 99)
         np.random.seed(n + 99)
         torch.manual_seed(n + 99)
-        resumed = _fresh(make, seedable)
+        resumed = _fresh(make, seedable, dispatch)
         resumed.load_state_dict(saved["loader"])
         restore_rng_state(saved["rng"])
         assert _train(resumed) == full[done:], f"resumed after {done} steps"
@@ -156,3 +180,66 @@ def test_save_state_and_load_state_carry_the_position(tmp_path: Any) -> None:
     accelerator, loader = fresh()
     accelerator.load_state(str(tmp_path / "checkpoint"))
     assert _train(loader) == full[3:]
+
+
+# The loader collates batch k+1 before it yields batch k (Accelerate's order), so a checkpoint after step k holds
+# RNG states past batch k+1's draws: the resumed run must collate that batch again under the state it was first
+# collated under. Each collation path that draws in this process is checked at every batch.
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_with_a_collator_drawing_from_the_global_rng(workers: int) -> None:
+    _assert_resumes_everywhere(lambda: DataLoader(Augmented(10), batch_size=3, shuffle=True, num_workers=workers,
+                                                  collate_fn=noisy_collate))
+
+
+def test_resume_with_a_collator_drawing_gaussians() -> None:
+    # Only the collator draws from random and numpy here, so every other batch moves neither generator's words.
+    _assert_resumes_everywhere(lambda: DataLoader(TensorDataset(torch.arange(10.0)), batch_size=3, shuffle=True,
+                                                  collate_fn=gauss_collate))
+
+
+def test_resume_a_dispatched_iterable_dataset_that_draws() -> None:
+    # Process 0 reads a step ahead; a resumed pass also reads the skipped steps again, without shifting the stream.
+    _assert_resumes_everywhere(lambda: DataLoader(NoisyStream(), batch_size=3))
+
+
+def test_resume_an_iterable_dataset_that_draws_read_in_each_process() -> None:
+    _assert_resumes_everywhere(lambda: DataLoader(NoisyStream(), batch_size=3, collate_fn=noisy_collate),
+                               dispatch=False)
+
+
+def test_a_pipeline_that_cannot_draw_keeps_no_random_state() -> None:
+    # Keeping the look-ahead batch's RNG state costs ~30 us a batch: not spent where collation cannot draw.
+    def mid_epoch(make: Any) -> dict[str, Any]:
+        loader = _fresh(make)
+        iterator = iter(loader)
+        next(iterator)
+        return loader.state_dict()
+
+    tensors = TensorDataset(torch.arange(12.0))
+    for plain in (DataLoader(tensors, batch_size=3, shuffle=True), DataLoader(list(range(12)), batch_size=3),
+                  DataLoader(tensors, batch_size=3, num_workers=2)):  # workers draw from per-batch seeds
+        assert mid_epoch(lambda: plain)["lookahead"] == []  # noqa: B023 (called at once)
+    for drawing in (DataLoader(tensors, batch_size=3, collate_fn=noisy_collate), DataLoader(Augmented(12), 3)):
+        state = mid_epoch(lambda: drawing)  # noqa: B023 (called at once)
+        assert state["lookahead"] == ["ahead"] and state["generator_states"][-1].dtype == torch.uint8
+
+
+def test_a_position_saved_before_the_look_ahead_states_still_loads() -> None:
+    # Checkpoints from before this format hold no "lookahead" key and only the samplers' states: the loader goes
+    # on from the saved batch (its look-ahead batch collated from the live random state, as it was then).
+    def make() -> DataLoader:
+        return DataLoader(Augmented(12), batch_size=3, shuffle=True)
+
+    loader = _fresh(make)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()
+    assert state["lookahead"] == ["ahead"]
+    rest = [b[0].tolist() for b in batches]
+    old = {k: v for k, v in state.items() if k != "lookahead"}
+    old["generator_states"] = state["generator_states"][:-1]
+    resumed = _fresh(make)
+    resumed.load_state_dict(old)
+    assert [b[0].tolist() for b in resumed] == rest

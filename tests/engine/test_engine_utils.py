@@ -159,6 +159,29 @@ def test_reset_state_message_names_reset_state_not_partial_state() -> None:
         _ = PartialState().not_a_field  # a fresh state: unknown names stay plain AttributeErrors
 
 
+def test_preparing_after_reset_state_fails_early_in_accelerates_words() -> None:
+    # What Accelerate's own test_script.py (test_reinstantiated_state) asserts of the message.
+    accelerator = Accelerator(cpu=True)
+    AcceleratorState._reset_state()
+    with pytest.raises(AttributeError) as raised:
+        accelerator.prepare(torch.nn.Linear(1, 1))
+    message = str(raised.value.args[0])
+    assert "`AcceleratorState` object has no attribute" in message
+    assert "This happens if `AcceleratorState._reset_state()`" in message and "create an `Accelerator()`" in message
+
+
+def test_an_unpickled_accelerator_has_an_equal_state() -> None:
+    # What Accelerate's own test_distributed_data_loop.py (test_pickle_accelerator) asserts; the states are views
+    # of the process's one record, so nothing identity-bound may sit in their __dict__.
+    import pickle
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.utils.data.DataLoader(list(range(8)), batch_size=2))
+    unpickled = pickle.loads(pickle.dumps(accelerator))
+    assert accelerator.state.__dict__ == unpickled.state.__dict__
+    assert (unpickled.state.num_processes, unpickled.state.mixed_precision) == (1, "no")
+
+
 def test_debug_mode_is_settable_and_read_from_accelerate_debug_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     state = PartialState()
     assert state.debug is False

@@ -38,7 +38,12 @@ def test_single_process_init_log_get_end(tmp_path: Path) -> None:
     events = EventAccumulator(str(tmp_path / "proj"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 1.0), (1, 0.5), (2, 0.25)]
-    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+    # As Accelerate's add_hparams: the configuration in a sub-run named by the time, hparams.yml in another.
+    sub_runs = sorted(p for p in (tmp_path / "proj").iterdir() if p.name[0].isdigit())
+    hparams = EventAccumulator(str(sub_runs[0]))
+    hparams.Reload()
+    assert "_hparams_/session_start_info" in hparams.PluginTagToContent("hparams")
+    assert [p.name for p in sub_runs[1].iterdir()] == ["hparams.yml"]
 
 
 def test_logging_dir_checks_happen_in_the_constructor(tmp_path: Path) -> None:
@@ -89,8 +94,8 @@ def test_two_processes_only_rank0_writes(tmp_path: Path, run_distributed: Callab
     assert rank1["trackers"] == [] and rank1["blank"] is True
     assert "Cannot log 'loss'" in rank1["error"]
 
-    # One run folder, one event file, and rank 0's values only.
-    events, *others = sorted(p.name for p in (tmp_path / "proj").iterdir())
-    assert events.startswith("events.out.tfevents.") and others == ["hparams.json", "version_0"], others
+    # One run folder, one event file (and Accelerate's two timestamped hparams folders), rank 0's values only.
+    *times, events, csv_folder = sorted(p.name for p in (tmp_path / "proj").iterdir())
+    assert events.startswith("events.out.tfevents.") and csv_folder == "version_0" and len(times) == 2, times
     assert _csv_rows(tmp_path / "proj" / "version_0" / "metrics.csv") == [
         ["step", "loss", "rank"], ["0", "1.0", "0"], ["1", "0.5", ""]]

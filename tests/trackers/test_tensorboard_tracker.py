@@ -36,7 +36,8 @@ def _texts(log_dir: Path, tag: str) -> list[tuple[int, str]]:
 
 
 def test_scalars_text_and_hparams_in_one_run_folder(tmp_path: Path) -> None:
-    tracker = TensorBoardTracker("proj", tmp_path)
+    # Lightning's layout (TensorBoardLogger's); the default is Accelerate's: tests/trackers/test_tensorboard_layout.py
+    tracker = TensorBoardTracker("proj", tmp_path, layout="lightning")
     tracker.start()
     tracker.store_init_configuration({"lr": 0.125, "model": {"name": "mlp", "layers": [1, 2]}, "seed": None})
     for step in range(3):

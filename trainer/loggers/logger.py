@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trackers import GeneralTracker, normalize_values
+from trackers import GeneralTracker, group_values, normalize_values
 from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
@@ -114,10 +114,15 @@ class Logger:
         return self._open().tracker
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Log ``metrics`` (numbers or one-element tensors; nested dicts become ``a/b``) at ``step``, on rank 0."""
+        """Log ``metrics`` (numbers or one-element tensors) at ``step``, on rank 0.
+
+        A nested dict is one group where the backend has groups (TensorBoard's ``add_scalars``, as Lightning's
+        logger), else its names are joined as ``a/b``.
+        """
         if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
             return
-        self._open().log(normalize_values(dict(metrics)), step=step)
+        tracker, flat = self._open(), normalize_values(dict(metrics))
+        tracker.log(group_values(metrics, flat) if tracker.accepts_grouped_values else flat, step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace, *args: Any, **kwargs: Any) -> None:
         """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""

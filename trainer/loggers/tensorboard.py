@@ -75,4 +75,4 @@ class TensorBoardLogger(VersionedLogger):
 
     def _build_tracker(self) -> TensorBoardTracker:
         run_name = os.path.relpath(self.log_dir, self._save_dir)
-        return TensorBoardTracker(run_name, self._save_dir, **self._writer_kwargs)
+        return TensorBoardTracker(run_name, self._save_dir, layout="lightning", **self._writer_kwargs)
