@@ -290,6 +290,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         Data loaders, models and optimizers are prepared first; schedulers second, since they need the
         prepared optimizers.
         """
+        # After AcceleratorState._reset_state() this raises, in Accelerate's words (its own tests expect them).
+        self.state.mixed_precision  # noqa: B018
         if device_placement is None:
             device_placement = [None] * len(args)
         elif len(device_placement) != len(args):
