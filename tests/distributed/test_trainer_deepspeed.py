@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("deepspeed", reason="DeepSpeed tests need the deepspeed extra: pip install "
                                         "\"ember-train[deepspeed]\"")
 
-from tests.distributed.test_deepspeed import launch  # noqa: E402
-from tests.lightning_corpus.deepspeed_expected import EXPECTED  # noqa: E402
-from trainer.strategies import DEEPSPEED_NAMES, DeepSpeedStrategy, resolve_strategy  # noqa: E402
+from tests.distributed.test_deepspeed import launch
+from tests.lightning_corpus.deepspeed_expected import EXPECTED
+from trainer.strategies import DEEPSPEED_NAMES, DeepSpeedStrategy, resolve_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "lightning_corpus" / "deepspeed_script.py"
