@@ -1,0 +1,50 @@
+"""Pytest plugin for the conformance run: one JSON line per test outcome (and per collection error).
+
+Loaded on both sides (``-p conformance_report``) with ``CONFORMANCE_REPORT=<file>``: the runner reads the
+outcomes back instead of parsing pytest's terminal output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+_results: dict[str, dict[str, Any]] = {}
+
+
+def _text(report: Any) -> str:
+    if report.longrepr is None:
+        return ""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    full = str(report.longrepr)
+    # The crash line names the exception; the tail of the traceback shows where it was raised.
+    head = f"{crash.message}\n" if crash is not None else ""
+    return head + full[-4000:]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    entry = _results.setdefault(report.nodeid, {"outcome": "passed", "text": ""})
+    if report.failed:
+        if entry["outcome"] != "failed":  # the first failing phase says why (setup before call before teardown)
+            entry.update(outcome="failed", text=_text(report), when=report.when)
+    elif report.skipped and report.when in ("setup", "call"):
+        if hasattr(report, "wasxfail"):
+            entry.update(outcome="xfailed")
+        else:
+            entry.update(outcome="skipped")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _results[f"{report.nodeid}::<collection>"] = {"outcome": "failed", "text": _text(report),
+                                                      "when": "collect"}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = os.environ.get("CONFORMANCE_REPORT")
+    if path:
+        with open(path, "w") as f:
+            f.writelines(json.dumps({"nodeid": nodeid, **entry}) + "\n" for nodeid, entry in _results.items())
