@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from trainer.states import TrainerFn, TrainerStatus
 
 STAGES = ("idle", "train", "sanity_check", "validate", "test", "predict")
 
@@ -26,6 +28,9 @@ class TrainState:
         should_stop: set when all processes agreed to stop (through the engine's trigger).
         time_elapsed: seconds spent inside ``fit`` over all runs of this state (``max_time`` counts against it);
             brought up to date at every step when ``max_time`` is set, otherwise at each epoch end.
+        fn / status: Lightning's ``trainer.state.fn`` (the entry point running or last run, a ``TrainerFn``) and
+            ``trainer.state.status`` (a ``TrainerStatus``). They describe this process's call, not the resume
+            position, so checkpoints do not hold them (``state_dict`` leaves them out, ``==`` ignores them).
 
     Example:
         >>> state = TrainState(epoch=2, global_step=40)
@@ -41,14 +46,27 @@ class TrainState:
     samples_seen: int = 0
     should_stop: bool = False
     time_elapsed: float = 0.0
+    fn: TrainerFn | None = field(default=None, compare=False, metadata={"saved": False})
+    status: TrainerStatus = field(default=TrainerStatus.INITIALIZING, compare=False, metadata={"saved": False})
+
+    @property
+    def finished(self) -> bool:
+        """Whether the last call returned normally (Lightning's ``trainer.state.finished``)."""
+        return self.status == TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the last call ended, normally or by an exception."""
+        return self.status.stopped
 
     def state_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of every field."""
-        return dataclasses.asdict(self)
+        """A JSON-able dict of every saved field."""
+        return {name: getattr(self, name) for name in _saved_fields()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Set every field from ``state_dict``; unknown or missing keys raise (a checkpoint from another version)."""
-        names = {f.name for f in dataclasses.fields(self)}
+        """Set every saved field from ``state_dict``; unknown or missing keys raise (a checkpoint from another
+        version)."""
+        names = set(_saved_fields())
         unknown, missing = set(state_dict) - names, names - set(state_dict)
         if unknown or missing:
             raise KeyError(f"TrainState.load_state_dict got unknown keys {sorted(unknown)} and misses "
@@ -64,3 +82,7 @@ class TrainState:
         state = cls()
         state.load_state_dict(state_dict)
         return state
+
+
+def _saved_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(TrainState) if f.metadata.get("saved", True))

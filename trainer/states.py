@@ -1,0 +1,88 @@
+"""Lightning's run-status names (``lightning.pytorch.trainer.states``): ``TrainerFn``, ``TrainerStatus``,
+``RunningStage``.
+
+They are ``str`` enums whose values are the strings Ember already uses (``trainer.state.stage`` is ``"train"``,
+``"sanity_check"``, ``"validate"``, ``"test"``, ``"predict"``, or ``"idle"`` between runs), so both spellings
+compare equal: ``trainer.state.stage == RunningStage.TRAINING`` and ``trainer.state.stage == "train"``.
+``trainer.state.fn`` (the entry point running or last run) and ``trainer.state.status`` are kept by the Trainer
+next to the counters of ``TrainState``, but are not part of a checkpoint: they describe this process's call, not
+the resume position.
+
+Example:
+    >>> RunningStage.TRAINING == "train", TrainerFn("fit") is TrainerFn.FITTING
+    (True, True)
+    >>> TrainerStatus.INTERRUPTED.stopped, RunningStage.SANITY_CHECKING.dataloader_prefix
+    (True, 'val')
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class LightningEnum(str, Enum):
+    """A ``str`` enum compared case-insensitively with plain strings (``TrainerFn.FITTING == "FIT"``)."""
+
+    @classmethod
+    def from_str(cls, value: str) -> LightningEnum:
+        """The member whose name or value is ``value`` (any case); ``ValueError`` naming the choices otherwise."""
+        for member in cls:
+            if value.lower() in (member.value.lower(), member.name.lower()):
+                return member
+        raise ValueError(f"{cls.__name__} has no member {value!r}. Choose one of {[m.value for m in cls]}.")
+
+    def __eq__(self, other: object) -> bool:
+        other = other.value if isinstance(other, Enum) else other
+        return isinstance(other, str) and self.value.lower() == other.lower()
+
+    def __hash__(self) -> int:
+        return hash(self.value.lower())
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TrainerFn(LightningEnum):
+    """The Trainer entry point running (or last run): ``trainer.state.fn``."""
+
+    FITTING = "fit"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class TrainerStatus(LightningEnum):
+    """How the Trainer's last call went: ``trainer.state.status``."""
+
+    INITIALIZING = "initializing"  # built, nothing run yet
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"  # ended by an exception (KeyboardInterrupt, a preemption, an error)
+
+    @property
+    def stopped(self) -> bool:
+        return self in (TrainerStatus.FINISHED, TrainerStatus.INTERRUPTED)
+
+
+class RunningStage(LightningEnum):
+    """The loop running inside an entry point: ``trainer.state.stage`` (fit runs sanity check, train, validate)."""
+
+    TRAINING = "train"
+    SANITY_CHECKING = "sanity_check"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+    @property
+    def evaluating(self) -> bool:
+        return self in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
+
+    @property
+    def dataloader_prefix(self) -> str:
+        """The prefix of the loader hooks of this stage (``val_dataloader`` for validation and sanity check)."""
+        if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING):
+            return "val"
+        return self.value
+
+
+__all__ = ["LightningEnum", "RunningStage", "TrainerFn", "TrainerStatus"]
