@@ -10,14 +10,15 @@ check_siblings("callbacks", __file__)  # first: a user's own file that hides a p
 from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
 from callbacks.checkpoint import ModelCheckpoint
-from callbacks.early_stopping import EarlyStopping
+from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary, summarize
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
 from callbacks.throughput import ThroughputMonitor
+from callbacks.timer import Timer
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["BasePredictionWriter", "Callback", "EMAWeightAveraging", "EarlyStopping", "GradientAccumulationScheduler",
+__all__ = ["BasePredictionWriter", "Callback", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler",
            "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "ProgressBar", "StochasticWeightAveraging",
-           "ThroughputMonitor", "WeightAveraging", "summarize"]
+           "ThroughputMonitor", "Timer", "WeightAveraging", "summarize"]

@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import math
 import warnings
+from enum import Enum
 from typing import Any
 
 import torch
 
 from callbacks.base import Callback
+from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 from engine.keywords import suggest_keywords
+
+
+class EarlyStoppingReason(Enum):
+    """Why ``EarlyStopping`` stopped the run (``early_stopping.stopping_reason``); Lightning's names and values.
+
+    Example:
+        >>> EarlyStoppingReason(3)
+        <EarlyStoppingReason.PATIENCE_EXHAUSTED: 3>
+    """
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 @suggest_keywords
@@ -32,11 +49,17 @@ class EarlyStopping(Callback):
         divergence_threshold: stop as soon as the metric is worse than this.
         check_on_train_epoch_end: check at the training epoch's end (``True``) or after each validation run
             (``False``); ``None``: at the epoch end when validation runs once per epoch or not at all.
+        log_rank_zero_only: with ``verbose``, print the messages on global rank 0 only.
+
+    After a stop, ``stopping_reason`` says why (an ``EarlyStoppingReason``; ``NOT_STOPPED`` otherwise),
+    ``stopping_reason_message`` in words, and ``stopped_epoch`` when; all three are saved in checkpoints.
 
     Example:
         >>> stop = EarlyStopping(monitor="val/loss", patience=2)
         >>> [stop._evaluate(v)[0] for v in (1.0, 0.5, 0.6, 0.55)]
         [False, False, False, True]
+        >>> stop.stopping_reason
+        <EarlyStoppingReason.PATIENCE_EXHAUSTED: 3>
     """
 
     epoch_end_after_module = True  # it ranks / compares what the module logged at the epoch end
@@ -44,11 +67,12 @@ class EarlyStopping(Callback):
     def __init__(self, monitor: str, min_delta: float = 0.0, patience: int = 3, verbose: bool = False,
                  mode: str = "min", strict: bool = True, check_finite: bool = True,
                  stopping_threshold: float | None = None, divergence_threshold: float | None = None,
-                 check_on_train_epoch_end: bool | None = None) -> None:
+                 check_on_train_epoch_end: bool | None = None, log_rank_zero_only: bool = False) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"EarlyStopping(monitor=...) must be a logged metric name. Received: {monitor!r}.")
         if mode not in ("min", "max"):
-            raise ValueError(f"EarlyStopping(mode=...) must be 'min' or 'max'. Received: {mode!r}.")
+            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): `mode` can be min, max, got {mode}. "
+                                            "Pass mode='min' (lower is better) or mode='max'.")
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise ValueError(f"EarlyStopping(patience=...) must be an int >= 0. Received: {patience!r}.")
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
@@ -67,10 +91,12 @@ class EarlyStopping(Callback):
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
         self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = math.inf if mode == "min" else -math.inf
-        self.stopping_reason: str | None = None
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
         self._fitting = False
         self._check_at_epoch_end = False
         self._warned_missing = False
@@ -112,38 +138,56 @@ class EarlyStopping(Callback):
         stop, reason = self._evaluate(current)
         if stop:
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason = reason
+            self.stopping_reason_message = reason
             trainer.should_stop = True  # through the engine's trigger: every process stops at the same step
-        if reason and self.verbose:
+        if reason and self.verbose and (trainer.is_global_zero or not self.log_rank_zero_only):
             print(f"[rank {trainer.global_rank}] EarlyStopping: {reason}")
 
     def _evaluate(self, current: float) -> tuple[bool, str | None]:
-        """(stop?, why) for the metric's new value; updates ``best_score`` and ``wait_count``."""
+        """(stop?, why) for the metric's new value; updates ``best_score``, ``wait_count`` and
+        ``stopping_reason``. The messages hold Lightning's phrases, so a log search written for it still finds them."""
         better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
         delta = -self.min_delta if self.mode == "min" else self.min_delta
+        best = self.best_score
         if self.check_finite and not math.isfinite(current):
-            return True, (f"{self.monitor} = {current} is not finite; the best value was {self.best_score:.6g}. "
-                          "Stopping.")
+            return self._stop(EarlyStoppingReason.NON_FINITE_METRIC, f"Monitored metric {self.monitor} = {current} "
+                              f"is not finite. Previous best value was {best:.3f}. Signaling Trainer to stop.")
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
-            return True, f"{self.monitor} = {current:.6g} reached stopping_threshold={self.stopping_threshold}."
+            sign = "<" if self.mode == "min" else ">"
+            return self._stop(EarlyStoppingReason.STOPPING_THRESHOLD, f"Stopping threshold reached: {self.monitor} = "
+                              f"{current} {sign} {self.stopping_threshold}. Signaling Trainer to stop.")
         if self.divergence_threshold is not None and better(self.divergence_threshold, current):
-            return True, (f"{self.monitor} = {current:.6g} is worse than divergence_threshold="
-                          f"{self.divergence_threshold}. Stopping.")
-        if better(current, self.best_score + delta) and math.isfinite(current):
-            improved_from, self.best_score, self.wait_count = self.best_score, current, 0
-            return False, f"{self.monitor} improved from {improved_from:.6g} to {current:.6g}."
+            sign = ">" if self.mode == "min" else "<"
+            return self._stop(EarlyStoppingReason.DIVERGENCE_THRESHOLD, f"Divergence threshold reached: "
+                              f"{self.monitor} = {current} {sign} {self.divergence_threshold}. Signaling Trainer "
+                              "to stop.")
+        if better(current, best + delta) and math.isfinite(current):
+            self.best_score, self.wait_count = current, 0
+            if not math.isfinite(best):
+                return False, f"Metric {self.monitor} improved. New best score: {current:.3f}"
+            return False, (f"Metric {self.monitor} improved by {abs(best - current):.3f} >= min_delta = "
+                           f"{self.min_delta}. New best score: {current:.3f}")
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} "
-                          f"checks; the best value was {self.best_score:.6g}. Stopping.")
+            return self._stop(EarlyStoppingReason.PATIENCE_EXHAUSTED, f"Monitored metric {self.monitor} did not "
+                              f"improve in the last {self.wait_count} records. Best score: {best:.3f}. Signaling "
+                              "Trainer to stop.")
         return False, None
+
+    def _stop(self, reason: EarlyStoppingReason, message: str) -> tuple[bool, str]:
+        self.stopping_reason = reason
+        return True, message
 
     def state_dict(self) -> dict[str, Any]:
         return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
-                "patience": self.patience}
+                "patience": self.patience, "stopping_reason": self.stopping_reason.value,
+                "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
         self.best_score = float(state_dict["best_score"])
         self.patience = int(state_dict["patience"])
+        # Checkpoints written before the reason was recorded have neither key: not stopped.
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from callbacks import EarlyStopping
+from callbacks import EarlyStopping, EarlyStoppingReason
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
 
@@ -31,7 +31,8 @@ def test_stops_after_patience_checks_without_improvement() -> None:
     trainer = _fit(stop)
     # 0.79 at epoch 2 is the best; epochs 3, 4, 5 do not improve: stop at the end of epoch 5.
     assert trainer.current_epoch == 6 and stop.stopped_epoch == 5 and stop.best_score == pytest.approx(0.79)
-    assert "did not improve by more than 0.0 for 3 checks" in (stop.stopping_reason or "")
+    assert stop.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
+    assert "did not improve in the last 3 records. Best score: 0.790" in (stop.stopping_reason_message or "")
     # min_delta: 0.79 is no real improvement on 0.8, so the patience runs out an epoch earlier.
     assert _fit(EarlyStopping(monitor="val/loss", patience=3, min_delta=0.05)).current_epoch == 5
 
@@ -39,9 +40,12 @@ def test_stops_after_patience_checks_without_improvement() -> None:
 def test_thresholds_and_non_finite_values() -> None:
     assert _fit(EarlyStopping(monitor="val/loss", stopping_threshold=0.85)).current_epoch == 2  # 0.8 < 0.85
     diverged = EarlyStopping(monitor="val/loss", divergence_threshold=0.92, patience=9)
-    assert _fit(diverged).current_epoch == 1 and "worse than divergence_threshold=0.92" in str(diverged.stopping_reason)
+    assert _fit(diverged).current_epoch == 1 and diverged.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
+    assert "Divergence threshold reached: val/loss = " in str(diverged.stopping_reason_message)
     stop = EarlyStopping(monitor="val/loss")
-    assert stop._evaluate(math.nan) == (True, "val/loss = nan is not finite; the best value was inf. Stopping.")
+    assert stop._evaluate(math.nan) == (True, "Monitored metric val/loss = nan is not finite. Previous best value was "
+                                              "inf. Signaling Trainer to stop.")
+    assert stop.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
     assert EarlyStopping(monitor="val/loss", check_finite=False)._evaluate(math.nan)[0] is False
 
 
@@ -64,7 +68,7 @@ def test_a_missing_monitor_names_the_logged_metrics() -> None:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"monitor": "m", "mode": "auto"}, r"mode=...\) must be 'min' or 'max'. Received: 'auto'"),
+    ({"monitor": "m", "mode": "auto"}, r"mode='auto'\): `mode` can be min, max, got auto"),
     ({"monitor": ""}, r"monitor=...\) must be a logged metric name"),
     ({"monitor": "m", "patience": -1}, r"patience=...\) must be an int >= 0. Received: -1"),
     ({"monitor": "m", "min_delta": -0.1}, r"min_delta=...\) must be a number >= 0"),
