@@ -15,6 +15,7 @@ from callbacks import (
     ProgressBar,
     ThroughputMonitor,
 )
+from callbacks.exceptions import MisconfigurationException
 from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data, fit
 from tests.trainer.test_hook_order import ManualModule
 from trainer import Trainer
@@ -77,9 +78,9 @@ def test_learning_rate_monitor_logs_before_each_step() -> None:
     epoch_monitor = LearningRateMonitor(logging_interval="epoch")
     fit(Halving(), data(n=8), max_epochs=3, log_with=[MemoryTracker()], callbacks=[epoch_monitor])
     assert epoch_monitor.lrs == {"lr-SGD": [1.0, 0.25, 0.0625]}
-    with pytest.raises(ValueError, match="has nowhere to log: the trainer has no trackers"):
+    with pytest.raises(MisconfigurationException, match="`Trainer` that has no logger"):
         fit(Regressor(), max_epochs=1, callbacks=[LearningRateMonitor()])
-    with pytest.raises(ValueError, match="Received: 'batch'"):
+    with pytest.raises(MisconfigurationException, match="logging_interval='batch'"):
         LearningRateMonitor(logging_interval="batch")
 
 
