@@ -11,14 +11,19 @@ from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
+from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary, summarize
+from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
 from callbacks.throughput import ThroughputMonitor
 from callbacks.timer import Timer
+from callbacks.tqdm_progress import TQDMProgressBar
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["BasePredictionWriter", "Callback", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler",
-           "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "ProgressBar", "StochasticWeightAveraging",
-           "ThroughputMonitor", "Timer", "WeightAveraging", "summarize"]
+__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Callback", "EMAWeightAveraging",
+           "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LearningRateMonitor",
+           "ModelCheckpoint", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
+           "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
+           "summarize"]

@@ -1,38 +1,42 @@
-"""`ModelCheckpoint`: complete, atomic checkpoints through the engine, keeping the top k and the last one.
+"""`ModelCheckpoint`: complete, atomic checkpoints through the engine, with Lightning's names and rotation.
 
 Every checkpoint is a folder written by ``trainer.save_checkpoint`` (``Accelerator.save_state``): complete or
-absent, safe to load, enough to resume exactly. Which folders exist is decided by this callback's own state
-alone (the ranked ones, the unranked ones, the last one), which is saved inside each checkpoint it writes,
-already including that checkpoint, so a resumed run continues the same rotation. A folder is deleted only after
-the checkpoint that replaces it is committed.
+absent, safe to load, enough to resume exactly. Folders carry Lightning's file names (``epoch=3-step=120.ckpt``,
+``last.ckpt``), so code that lists or globs checkpoints finds them. Which folders exist is decided by this
+callback's own state alone (the top k, the unranked ones, the last one), which is saved inside each checkpoint it
+writes, already including that checkpoint, so a resumed run continues the same rotation. A folder is deleted only
+after the checkpoint that replaces it is committed.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 import os
-import re
 import time
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from callbacks.base import Callback
+from callbacks.checkpoint_files import link_checkpoint, relative, remove_checkpoints, resolve
+from callbacks.checkpoint_names import number, render
+from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 from engine import broadcast_object_list
-from engine import checkpointing as folders
 from engine.keywords import suggest_keywords
 
-_GROUP = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")  # "{name}" or "{name:spec}"; names may hold "/" and "."
+log = logging.getLogger(__name__)
 
 
-def _count(name: str, value: Any) -> int:
+def _count(name: str, value: Any) -> int | None:
     if value is None:
-        return 0
+        return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"ModelCheckpoint({name}=...) must be an int >= 0 or None. Received: {value!r}.")
+        raise MisconfigurationException(f"Invalid value for {name}={value!r}. Must be >= 0 (or None).")
     return value
 
 
@@ -41,113 +45,115 @@ def _seconds(value: Any) -> float | None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise ValueError(f"ModelCheckpoint(train_time_interval=...) must be a positive timedelta or number of "
-                         f"seconds. Received: {value!r}.")
+        raise MisconfigurationException(f"ModelCheckpoint(train_time_interval=...) must be a positive timedelta or "
+                                        f"number of seconds. Received: {value!r}.")
     return float(seconds)
-
-
-def _weights_only_folder(path: str) -> bool:
-    """Whether ``path`` holds only what ``save_model`` writes (``save_weights_only=True`` checkpoints)."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return bool(names) and all(n.startswith("model") and n.endswith((".safetensors", ".bin", ".index.json"))
-                               for n in names)
-
-
-def _number(value: Any) -> Any:
-    return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
 @suggest_keywords
 class ModelCheckpoint(Callback):
-    """Save complete checkpoints during ``fit``; keep the best ``save_top_k`` by ``monitor`` and the last one.
+    """Save complete checkpoints during ``fit``: the best ``save_top_k`` by ``monitor``, and ``last.ckpt``.
 
     Args:
-        dirpath: where the checkpoint folders go (default ``{project_dir}/checkpoints``).
-        filename: a folder name template over ``epoch``, ``step`` and logged metrics, e.g.
-            ``"epoch={epoch}-step={step}-{val/acc:.3f}"``; a ``{name}`` not preceded by ``name=`` gets it
-            (``auto_insert_metric_name``), and ``/`` becomes ``_`` so each checkpoint is one folder. A name
-            already taken gets ``-v1``, ``-v2``... Default ``"{epoch}-{step}"`` (``epoch=3-step=120``).
-        monitor / mode: the metric that ranks checkpoints and whether lower (``"min"``) or higher (``"max"``)
-            is better; ``None``: checkpoints are not ranked, the newest are kept.
-        save_top_k: how many ranked checkpoints to keep (``-1``: all, ``0``: none); without ``monitor``
-            only ``-1``, ``0`` or ``1`` (the newest).
-        save_last: also keep the newest checkpoint as ``last_model_path``, ranked or not.
-        every_n_train_steps / every_n_epochs / train_time_interval: when to save (at most one; default every
-            epoch). A step checkpoint is taken after that step's validation, if any; one whose ``monitor`` is a
-            validation metric that did not run at that step is not ranked (its value would be stale).
+        dirpath: where the checkpoint folders go (default ``{logger.log_dir}/checkpoints`` or
+            ``{default_root_dir}/checkpoints``); ``~`` is expanded.
+        filename: a name template over ``epoch``, ``step`` and logged metrics, e.g.
+            ``"{epoch}-{val/acc:.3f}"`` (a ``{name}`` not preceded by ``name=`` gets it, unless
+            ``auto_insert_metric_name=False``; a name not logged is 0; ``/`` becomes ``_``). A taken name gets
+            ``-v1``, ``-v2``... (``enable_version_counter``). Default ``"epoch={epoch}-step={step}"``; the folder
+            name ends with ``FILE_EXTENSION`` (``.ckpt``).
+        monitor / mode: the metric that ranks checkpoints (``"epoch"`` and ``"step"`` are always available) and
+            whether lower (``"min"``) or higher (``"max"``) is better; ``None``: the newest are kept.
+        save_top_k: ranked checkpoints to keep (``-1``: all, ``0``: none); without ``monitor`` only -1, 0 or 1.
+        save_last: also save ``last.ckpt`` (``CHECKPOINT_NAME_LAST``, a template too) at every save point;
+            ``"link"``: a relative symbolic link to the top-k checkpoint just saved (a full save when none was).
+        save_on_exception: when fit fails, save the module's weights (``save_weights_only``-style) under the next
+            name: a complete checkpoint would not resume exactly (the failing batch was already drawn), so a run
+            resumes from the last regular checkpoint. One process only (a failing rank cannot wait for the others).
+        every_n_train_steps / every_n_epochs / train_time_interval: when to save (at most one of them non-zero;
+            default every epoch).
         save_on_train_epoch_end: save epoch checkpoints at the training epoch's end (``True``) or after
             validation (``False``); ``None`` decides as Lightning does.
-        save_weights_only: save only the module's weights (``model.safetensors``, loadable with
-            ``Module.load_from_checkpoint``); such folders cannot resume a run.
-        enable_version_counter: a name already taken gets ``-v1``, ``-v2``... (``False``: replace it).
-        async_save: return to training as soon as the state is snapshotted and write the checkpoint in the
-            background (``Accelerator.save_state(async_save=True)``: still committed atomically, holding the
-            state at the save). Replaced checkpoints are deleted only once the new one is committed; a failed
-            write is raised at the next save or at the end of ``fit``; saves on preemption and ``max_time`` are
-            synchronous.
+        save_weights_only: save only the module's weights (loadable with ``Module.load_from_checkpoint``); such
+            folders cannot resume a run.
+        async_save: write in the background (``Accelerator.save_state(async_save=True)``: still committed
+            atomically, holding the state at the save); replaced checkpoints go once the new one is committed.
 
     Example:
-        >>> checkpoint = ModelCheckpoint(dirpath="ckpt", filename="epoch={epoch}-step={step}-{val/acc:.3f}",
+        >>> checkpoint = ModelCheckpoint(dirpath="ckpt", filename="{epoch}-{step}-{val/acc:.3f}",
         ...                              monitor="val/acc", mode="max", save_top_k=2, save_last=True)
         >>> os.path.basename(checkpoint.format_checkpoint_name({"epoch": 3, "step": 120, "val/acc": 0.91234}))
-        'epoch=3-step=120-val_acc=0.912'
+        'epoch=3-step=120-val_acc=0.912.ckpt'
     """
 
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
     epoch_end_after_module = True  # it ranks / compares what the module logged at the epoch end
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
-                 monitor: str | None = None, mode: str = "min", save_top_k: int = 1, save_last: bool | None = None,
-                 every_n_train_steps: int | None = None, every_n_epochs: int | None = None,
-                 train_time_interval: timedelta | float | None = None, save_on_train_epoch_end: bool | None = None,
-                 auto_insert_metric_name: bool = True, verbose: bool = False, save_weights_only: bool = False,
-                 enable_version_counter: bool = True, async_save: bool = False) -> None:
+                 monitor: str | None = None, verbose: bool = False,
+                 save_last: bool | Literal["link"] | None = None, save_top_k: int = 1,
+                 save_on_exception: bool = False, save_weights_only: bool = False, mode: str = "min",
+                 auto_insert_metric_name: bool = True, every_n_train_steps: int | None = None,
+                 train_time_interval: timedelta | float | None = None, every_n_epochs: int | None = None,
+                 save_on_train_epoch_end: bool | None = None, enable_version_counter: bool = True,
+                 async_save: bool = False) -> None:
         if mode not in ("min", "max"):
-            raise ValueError(f"ModelCheckpoint(mode=...) must be 'min' or 'max'. Received: {mode!r}.")
+            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max' but got "
+                                            f"{mode}.")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-            raise ValueError(f"ModelCheckpoint(save_top_k=...) must be -1 (keep all), 0 (keep none) or a positive "
-                             f"int. Received: {save_top_k!r}.")
+            raise MisconfigurationException(f"Invalid value for save_top_k={save_top_k!r}. Must be >= -1 (-1 keeps "
+                                            "all, 0 none).")
         if monitor is None and save_top_k not in (-1, 0, 1):
-            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric "
-                             "there is nothing to rank. Set monitor='val/loss' (for example) or save_top_k to -1, 0 "
-                             "or 1.")
+            raise MisconfigurationException(f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid "
+                                            "configuration. No quantity for top_k to track: set monitor='val_loss' "
+                                            "(for example) or save_top_k to -1, 0 or 1.")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
-            raise ValueError(f"ModelCheckpoint(monitor=...) must be a metric name or None. Received: {monitor!r}.")
+            raise MisconfigurationException(f"ModelCheckpoint(monitor=...) must be a metric name or None. "
+                                            f"Received: {monitor!r}.")
+        if save_last not in (None, True, False, "link"):
+            raise MisconfigurationException(f"ModelCheckpoint(save_last=...) takes True, False, None or 'link'. "
+                                            f"Received: {save_last!r}.")
         if filename is not None and (not isinstance(filename, str) or not filename.strip()):
-            raise ValueError(f"ModelCheckpoint(filename=...) must be a non-empty template. Received: {filename!r}.")
+            raise MisconfigurationException(f"ModelCheckpoint(filename=...) must be a non-empty template. "
+                                            f"Received: {filename!r}.")
         steps, epochs = _count("every_n_train_steps", every_n_train_steps), _count("every_n_epochs", every_n_epochs)
         interval = _seconds(train_time_interval)
         if sum(bool(x) for x in (steps, epochs, interval)) > 1:
-            raise ValueError(f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs="
-                             f"{every_n_epochs}, train_time_interval={train_time_interval}): these are alternatives; "
-                             "set only one of them (add a second ModelCheckpoint for a second schedule).")
+            raise MisconfigurationException(
+                f"Combination of parameters every_n_train_steps={every_n_train_steps}, every_n_epochs="
+                f"{every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive: set "
+                "one of them (add a second ModelCheckpoint for a second schedule).")
         if not isinstance(async_save, bool):
             raise TypeError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
-        self.dirpath = os.path.abspath(os.fspath(dirpath)) if dirpath is not None else None
+        self.dirpath = (os.path.abspath(os.path.expanduser(os.fspath(dirpath))) if dirpath is not None else None)
         self.filename = filename
         self.monitor = monitor
-        self.mode = mode
-        self.save_top_k = save_top_k
-        self.save_last = save_last
-        self.save_on_train_epoch_end = save_on_train_epoch_end
-        self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.save_last = save_last
+        self.save_top_k = save_top_k
+        self.save_on_exception = save_on_exception
         self.save_weights_only = bool(save_weights_only)
+        self.mode = mode
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self.save_on_train_epoch_end = save_on_train_epoch_end
         self.enable_version_counter = bool(enable_version_counter)
         self.async_save = async_save
-        self._every_n_train_steps = steps
-        self._every_n_epochs = epochs if (steps or epochs or interval) else 1
+        self._every_n_train_steps = steps or 0
         self._train_time_interval = interval
+        # Lightning's default: every epoch, unless another schedule was asked for.
+        self._every_n_epochs = epochs if epochs is not None else (0 if steps or interval else 1)
         # The bookkeeping, saved in every checkpoint (state_dict): nothing else decides which folders stay.
         self._scores: dict[str, float] = {}  # ranked checkpoints: path -> monitored value
         self._unranked: list[str] = []  # without `monitor`: the kept checkpoints, oldest first
         self.best_model_path = ""
         self.last_model_path = ""
-        self._last_kept = False  # whether last_model_path is kept as the last one
-        self.current_score: float | None = None
+        self.current_score: torch.Tensor | None = None
         self._last_global_step_saved = 0  # no checkpoint before the first step
+        self._last_checkpoint_saved = ""  # the newest checkpoint written (what save_last="link" points to)
         self._pending_removal: list[str] = []
         # Within a run only.
         self._run_dir: str | None = None  # the trainer's project_dir: saved paths are relative to it
@@ -158,7 +164,7 @@ class ModelCheckpoint(Callback):
         self._monitor_from_validation = False
         self._before_validation: Any = None
         self._last_time = 0.0
-        self._warned_stale = False
+        self._warned: set[str] = set()
         self._removal_waits_for_commit = False  # _pending_removal goes once the async save in flight commits
 
     @property
@@ -168,6 +174,10 @@ class ModelCheckpoint(Callback):
                 f"{self._train_time_interval}}}")
 
     # -- what Lightning users read ----------------------------------------------------------------------------
+    @property
+    def every_n_epochs(self) -> int:
+        return self._every_n_epochs
+
     @property
     def best_model_score(self) -> torch.Tensor | None:
         """The monitored value of ``best_model_path`` (``None`` without ``monitor`` or before a save)."""
@@ -189,24 +199,41 @@ class ModelCheckpoint(Callback):
         worst = self._worst()
         return None if worst is None else torch.tensor(self._scores[worst])
 
-    def format_checkpoint_name(self, metrics: dict[str, Any], ver: int | None = None) -> str:
-        """The folder path ``filename`` gives for ``metrics`` (which hold ``epoch`` and ``step`` too)."""
-        template = self.filename or "{epoch}-{step}"
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None,
+                               prefix: str | None = None) -> str:
+        """The checkpoint path ``filename`` (default: this callback's template) gives for ``metrics``.
 
-        def render(match: re.Match[str]) -> str:
-            name, spec = match.group(1), match.group(2)
-            if name not in metrics:
-                raise ValueError(f"ModelCheckpoint(filename={template!r}) uses {{{name}}}, which was not logged. "
-                                 f"Available: {sorted(metrics)}. Log it with self.log({name!r}, ...) or change the "
-                                 "template.")
-            value = _number(metrics[name])
-            text = format(value, spec[1:]) if spec else str(value)
-            labelled = not self.auto_insert_metric_name or template[:match.start()].endswith(f"{name}=")
-            return text if labelled else f"{name}={text}"
+        Example:
+            >>> ModelCheckpoint(dirpath="/c", filename="{epoch}").format_checkpoint_name({"epoch": 2}, ver=1)
+            '/c/epoch=2-v1.ckpt'
+        """
+        template = filename or self.filename or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
+        name, missing = render(template, metrics, self.auto_insert_metric_name, self.CHECKPOINT_JOIN_CHAR,
+                               self.CHECKPOINT_EQUALS_CHAR, prefix or "")
+        for key in missing:
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(f"ModelCheckpoint: the name template {template!r} uses {{{key}}}, which was not "
+                              f"logged; it is written as 0. Logged: {sorted(metrics)}.", UserWarning, stacklevel=2)
+        if ver is not None:
+            name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
+        return os.path.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
-        name = _GROUP.sub(render, template) + (f"-v{ver}" if ver else "")
-        name = name.replace("/", "_").replace("\\", "_")  # one folder per checkpoint, whatever the metric names
-        return os.path.join(self.dirpath or "", name)
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write ``best_k_models`` (path -> monitored value) to ``filepath`` (default
+        ``{dirpath}/best_k_models.yaml``)."""
+        import yaml
+
+        path = os.fspath(filepath) if filepath is not None else os.path.join(self.dirpath or "", "best_k_models.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(dict(self._scores), f)
+
+    def file_exists(self, filepath: str, trainer: TrainerView) -> bool:
+        """Whether ``filepath`` exists, as process 0 sees it (every process must pick the same names)."""
+        exists = [os.path.lexists(filepath)]
+        if trainer.world_size > 1:
+            broadcast_object_list(exists)
+        return bool(exists[0])
 
     # -- hooks ------------------------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
@@ -215,6 +242,7 @@ class ModelCheckpoint(Callback):
         self._run_dir = os.path.abspath(trainer.accelerator.project_dir or os.getcwd())
         if self.dirpath is None:
             self.dirpath = trainer.default_checkpoint_dir
+        self._last_checkpoint_saved = ""
 
     def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         self._last_time, self._requested = time.monotonic(), False
@@ -252,14 +280,31 @@ class ModelCheckpoint(Callback):
         if self._fitting and self._epoch_due(trainer) and self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "epoch")
 
+    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        # save_last promises a last checkpoint: one at the end when no save point came (e.g. every_n_epochs=0).
+        if self._fitting and self.save_last and not self._last_checkpoint_saved:
+            self._save_point(trainer, None, trainer.current_epoch, trainer.global_step, top_k=False)
+
+    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
+        if not (self.save_on_exception and self._fitting and not trainer.sanity_checking and trainer.world_size == 1
+                and trainer.global_step != self._last_global_step_saved):
+            return
+        path = self._free_name(trainer, self._candidates(trainer, trainer.current_epoch, trainer.global_step))
+        trainer.save_checkpoint(path, weights_only=True)
+        self._last_global_step_saved = trainer.global_step
+        log.info(f"An {type(exception).__name__} was raised with message: {exception}; saved the module's weights "
+                 f"to {path}")
+
+    def on_fit_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        self.finish_pending(trainer)
+
     def save_now(self, trainer: TrainerView, reason: str = "interrupt") -> None:
-        """Save the current position as the last checkpoint (kept until the next save), unranked.
+        """Save the current position as the last checkpoint (``last.ckpt``), at once and synchronously.
 
         The trainer calls it at a boundary on preemption and at ``max_time``, so ``ckpt_path="last"`` resumes
-        exactly there.
+        exactly there. Without ``save_last`` it is kept only until the next save.
         """
-        # Synchronous, also with async_save: the process is about to stop, the checkpoint must be on disk.
-        self._save(trainer, None, trainer.current_epoch, trainer.global_step, keep_as_last=True, sync=True)
+        self._save_point(trainer, None, trainer.current_epoch, trainer.global_step, top_k=False, last=True, sync=True)
 
     # -- deciding -----------------------------------------------------------------------------------------------
     def _epoch_due(self, trainer: TrainerView) -> bool:
@@ -294,26 +339,31 @@ class ModelCheckpoint(Callback):
         if trainer.global_step == self._last_global_step_saved:
             return  # these weights are saved already
         stale = kind == "step" and self._monitor_from_validation and not self._validated
-        self._save(trainer, self._score(trainer, stale), epoch, step, keep_as_last=bool(self.save_last))
+        self._save_point(trainer, self._score(trainer, stale), epoch, step)
+
+    def _candidates(self, trainer: TrainerView, epoch: int, step: int) -> dict[str, Any]:
+        """What names and the monitor can use: the logged metrics, ``epoch`` and ``step``."""
+        return {**{name: number(v) for name, v in trainer.callback_metrics.items()}, "epoch": epoch, "step": step}
 
     def _score(self, trainer: TrainerView, stale: bool) -> float | None:
         """The monitored value, process 0's on every process (they must rank alike), or None if stale."""
         if self.monitor is None:
             return None
-        metrics = trainer.callback_metrics
+        metrics = self._candidates(trainer, trainer.current_epoch, trainer.global_step)
         value = metrics.get(self.monitor)
-        shared = [None if value is None else float(_number(value))]
+        shared = [None if value is None else float(value)]
         if trainer.world_size > 1:
             broadcast_object_list(shared)
         if shared[0] is None and not self._seen_everything:
             stale = True  # before the first validation and epoch end, a metric may just not be logged yet
         elif shared[0] is None:
-            raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) found no logged metric {self.monitor!r}. "
-                             f"Logged metrics: {sorted(metrics)}. Log it with self.log({self.monitor!r}, ...) or "
-                             "change monitor.")
+            raise MisconfigurationException(
+                f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
+                f"metrics: {sorted(metrics)}. HINT: Did you call `log({self.monitor!r}, value)` in the "
+                "`LightningModule`? Or change monitor.")
         if stale:
-            if not self._warned_stale and trainer.is_global_zero:
-                self._warned_stale = True
+            if "stale" not in self._warned and trainer.is_global_zero:
+                self._warned.add("stale")
                 warnings.warn(f"ModelCheckpoint(monitor={self.monitor!r}, every_n_train_steps="
                               f"{self._every_n_train_steps}): no validation ran at step {trainer.global_step}, so "
                               "its checkpoint is not ranked (only kept as last with save_last=True). Make "
@@ -333,74 +383,90 @@ class ModelCheckpoint(Callback):
         return pick(self._scores, key=self._scores.__getitem__)
 
     def _kept(self) -> set[str]:
-        kept = set(self._scores) | set(self._unranked)
-        if self._last_kept and self.last_model_path:
-            kept.add(self.last_model_path)
-        return kept
+        return set(self._scores) | set(self._unranked) | ({self.last_model_path} if self.last_model_path else set())
 
-    # -- saving and rotating ------------------------------------------------------------------------------------
-    def _save(self, trainer: TrainerView, score: float | None, epoch: int, step: int, keep_as_last: bool,
-              sync: bool = False) -> None:
-        self.finish_pending(trainer)
-        k = self.save_top_k
-        if self.monitor is None:
-            ranked, enters = False, k != 0  # unranked: the newest are kept
-        else:
-            ranked = score is not None and k != 0 and (
-                k == -1 or len(self._scores) < k or self._better(score, self._scores[self._worst() or ""]))
-            enters = ranked
-        if not (enters or keep_as_last):
-            return
-        before = self.state_dict()
-        kept_before = self._kept()
-        scores, unranked = dict(self._scores), list(self._unranked)
-        if ranked and k != -1 and len(scores) >= k:
-            del scores[self._worst() or ""]  # the new one replaces the worst
-        if self.monitor is None and enters and k == 1:
-            unranked = []
-        remaining = set(scores) | set(unranked)
-        evicted = (kept_before - remaining) | set(self._pending_removal)
-
-        metrics = {name: _number(v) for name, v in trainer.callback_metrics.items()}
-        base = self.format_checkpoint_name({**metrics, "epoch": epoch, "step": step})
-        path, version = base, 0
-        while self.enable_version_counter and (path in remaining or os.path.lexists(path)) and path not in evicted:
+    def _free_name(self, trainer: TrainerView, candidates: dict[str, Any], template: str | None = None,
+                   reuse: str = "", taken: frozenset[str] = frozenset()) -> str:
+        """The name ``template`` gives, with ``-vN`` while it is taken (on disk or by a kept checkpoint), unless it
+        is ``reuse`` (the checkpoint this save replaces, written over atomically)."""
+        path, version = self.format_checkpoint_name(candidates, template), self.STARTING_VERSION
+        while self.enable_version_counter and path != reuse and (path in taken or self.file_exists(path, trainer)):
+            path = self.format_checkpoint_name(candidates, template, ver=version)
             version += 1
-            path = f"{base}-v{version}"
         if trainer.world_size > 1:
             shared = [path]
             broadcast_object_list(shared)  # process 0 saw the disk; every process records the same name
             path = shared[0]
+        return path
 
-        if ranked:
-            scores[path] = score  # type: ignore[assignment]
-        elif self.monitor is None and enters:
-            unranked.append(path)
-        self._scores, self._unranked = scores, unranked
-        self.last_model_path, self._last_kept = path, keep_as_last
-        self.current_score = score
-        if self.monitor is None:
-            self.best_model_path = unranked[-1] if unranked else self.best_model_path
-        elif scores:
-            best = min if self.mode == "min" else max
-            self.best_model_path = best(scores, key=scores.__getitem__)
-        self._pending_removal = sorted(evicted - self._kept())
-        self._last_global_step_saved, self._last_time = trainer.global_step, time.monotonic()
+    # -- saving and rotating ------------------------------------------------------------------------------------
+    def _save_point(self, trainer: TrainerView, score: float | None, epoch: int, step: int, top_k: bool = True,
+                    last: bool | None = None, sync: bool = False) -> None:
+        """One save point: the top-k checkpoint (if it enters) and ``last.ckpt`` (with ``save_last``)."""
+        self.finish_pending(trainer)
+        candidates = self._candidates(trainer, epoch, step)
+        before, kept_before = self.state_dict(), self._kept()
+        k, ranked_path = self.save_top_k, ""
+        if top_k and k != 0 and self.monitor is None:
+            previous = self.best_model_path
+            ranked_path = self._free_name(trainer, candidates, reuse=previous if k == 1 else "",
+                                          taken=frozenset(self._kept() - {previous}))
+            self._unranked = [ranked_path] if k == 1 else [*self._unranked, ranked_path]
+            self.best_model_path = ranked_path
+        elif top_k and k != 0 and score is not None:
+            self.current_score = torch.tensor(score)
+            worst = self._worst()
+            full = k != -1 and len(self._scores) >= k
+            if not full or self._better(score, self._scores[worst or ""]):
+                evicted = worst if full else ""
+                ranked_path = self._free_name(trainer, candidates, reuse=evicted or "",
+                                              taken=frozenset(self._kept() - {evicted}))
+                if evicted:
+                    del self._scores[evicted]
+                self._scores[ranked_path] = score
+                best = min if self.mode == "min" else max
+                self.best_model_path = best(self._scores, key=self._scores.__getitem__)
+            elif self.verbose and trainer.is_global_zero:
+                log.info(f"Epoch {epoch:d}, global step {step:d}: {self.monitor!r} was not in top {k}")
+        last = bool(self.save_last) if last is None else last
+        last_path = ""
+        if last:
+            last_path = self._free_name(trainer, candidates, self.CHECKPOINT_NAME_LAST, reuse=self.last_model_path,
+                                        taken=frozenset(self._kept() - {self.last_model_path}))
+            self.last_model_path = last_path
+        elif ranked_path and not self.save_last:
+            self.last_model_path = ""  # an interrupt's last checkpoint is kept only until the next save
+        if not (ranked_path or last_path):
+            return
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = ranked_path or last_path
+        removable = sorted((kept_before - self._kept()) | set(self._pending_removal))
+        self._pending_removal = [p for p in removable if p not in (ranked_path, last_path)]
         asynchronous = self.async_save and not sync
-        try:  # the checkpoint holds this bookkeeping, itself included
-            trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
+        try:  # each checkpoint holds this bookkeeping, itself included
+            for path in (ranked_path, last_path):
+                if not path:
+                    continue
+                if path == last_path and self.save_last == "link" and ranked_path:
+                    link_checkpoint(trainer, ranked_path, last_path)
+                    continue
+                trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
+                self._report(trainer, path, score, epoch, step, asynchronous)
         except BaseException:
             self.load_state_dict(before)
             raise
         if asynchronous:  # not committed yet: the replaced ones stay until it is (the next save, or fit's end)
             self._removal_waits_for_commit = True
         else:
-            self._remove(trainer, self._pending_removal)
+            remove_checkpoints(trainer, self._pending_removal)
             self._pending_removal = []
+
+    def _report(self, trainer: TrainerView, path: str, score: float | None, epoch: int, step: int,
+                asynchronous: bool) -> None:
         if self.verbose and trainer.is_global_zero:
-            what = f"{self.monitor}={score:.6g}, " if score is not None else ""
-            print(f"ModelCheckpoint: saved {path} ({what}epoch {epoch}, step {step}"
-                  f"{', written in the background' if asynchronous else ''}).")
+            what = f"{self.monitor!r} reached {score:.5f}, " if score is not None else ""
+            log.info(f"Epoch {epoch:d}, global step {step:d}: {what}saving model to {path!r}"
+                     f"{' (written in the background)' if asynchronous else ''}")
 
     def finish_pending(self, trainer: TrainerView) -> None:
         """Wait for this callback's asynchronous save in flight, then delete the checkpoints it replaced.
@@ -411,23 +477,8 @@ class ModelCheckpoint(Callback):
             return
         trainer.accelerator.wait_for_checkpoint()  # raises, naming the checkpoint, if its write failed
         self._removal_waits_for_commit = False
-        self._remove(trainer, self._pending_removal)
+        remove_checkpoints(trainer, self._pending_removal)
         self._pending_removal = []
-
-    def on_fit_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
-        self.finish_pending(trainer)
-
-    @staticmethod
-    def _remove(trainer: TrainerView, paths: list[str]) -> None:
-        """Delete replaced checkpoints, on the process that writes them, only once the new one is committed."""
-        config = trainer.accelerator.project_configuration
-        writer = trainer.accelerator.is_local_main_process if config.save_on_each_node else trainer.is_global_zero
-        if not writer:
-            return
-        for path in paths:
-            # Never anything this callback did not write: a committed checkpoint, or a weights-only folder.
-            if folders.is_committed(path) or _weights_only_folder(path):
-                folders.remove_folder(path)
 
     # -- state --------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -437,65 +488,57 @@ class ModelCheckpoint(Callback):
         resumed run's folders are, so the copy ranks, keeps and deletes its own checkpoints, never the original's.
         """
         directory = self.dirpath or ""
+        score = None if self.current_score is None else float(self.current_score)
         return {"monitor": self.monitor, "mode": self.mode, "relative": True,
-                "dirpath": _relative(directory, self._run_dir or os.getcwd()),
-                "best_k_models": {_relative(p, directory): s for p, s in self._scores.items()},
-                "unranked": [_relative(p, directory) for p in self._unranked],
-                "best_model_path": _relative(self.best_model_path, directory),
-                "last_model_path": _relative(self.last_model_path, directory),
-                "last_kept": self._last_kept, "current_score": self.current_score,
-                "last_global_step_saved": self._last_global_step_saved,
-                "pending_removal": [_relative(p, directory) for p in self._pending_removal]}
+                "dirpath": relative(directory, self._run_dir or os.getcwd()),
+                "best_k_models": {relative(p, directory): s for p, s in self._scores.items()},
+                "unranked": [relative(p, directory) for p in self._unranked],
+                "best_model_path": relative(self.best_model_path, directory),
+                "last_model_path": relative(self.last_model_path, directory),
+                "current_score": score, "last_global_step_saved": self._last_global_step_saved,
+                "pending_removal": [relative(p, directory) for p in self._pending_removal]}
 
     @staticmethod
     def best_path_in(state_dict: dict[str, Any], run_dir: str) -> str:
         """``best_model_path`` of a saved ``state_dict``, resolved for the run folder ``run_dir``.
 
         >>> ModelCheckpoint.best_path_in({"relative": True, "dirpath": "checkpoints",
-        ...                               "best_model_path": "epoch=1-step=8"}, "/runs/x")
-        '/runs/x/checkpoints/epoch=1-step=8'
+        ...                               "best_model_path": "epoch=1-step=8.ckpt"}, "/runs/x")
+        '/runs/x/checkpoints/epoch=1-step=8.ckpt'
         """
         if not state_dict.get("relative"):  # older checkpoints hold absolute paths
             return str(state_dict["best_model_path"])
-        return _resolve(state_dict["best_model_path"], _resolve(state_dict["dirpath"], os.path.abspath(run_dir)))
+        return resolve(state_dict["best_model_path"], resolve(state_dict["dirpath"], os.path.abspath(run_dir)))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        relative = bool(state_dict.get("relative"))  # older checkpoints hold absolute paths
-        saved_dir = _resolve(state_dict["dirpath"], self._run_dir or os.getcwd()) if relative else state_dict["dirpath"]
-        where = saved_dir if relative else ""
+        is_relative = bool(state_dict.get("relative"))  # older checkpoints hold absolute paths
+        run_dir = self._run_dir or os.getcwd()
+        saved_dir = resolve(state_dict["dirpath"], run_dir) if is_relative else state_dict["dirpath"]
+        where = saved_dir if is_relative else ""
 
         def path(p: str) -> str:
-            return _resolve(p, where) if relative else p
+            return resolve(p, where) if is_relative else p
 
         if self.dirpath is not None and os.path.normpath(saved_dir) != os.path.normpath(self.dirpath):
-            warnings.warn(f"ModelCheckpoint: the checkpoint's dirpath {saved_dir} differs from "
-                          f"{self.dirpath}; its top-k and last bookkeeping are not restored (only best_model_path).",
+            warnings.warn(f"ModelCheckpoint: The dirpath has changed from {saved_dir} to {self.dirpath}; its top-k and "
+                          "last bookkeeping are not restored (only best_model_path and last_model_path).",
                           UserWarning, stacklevel=2)
             self.best_model_path = path(state_dict["best_model_path"])
+            self.last_model_path = path(state_dict["last_model_path"])
             return
         self._scores = {path(str(p)): float(s) for p, s in state_dict["best_k_models"].items()}
         self._unranked = [path(p) for p in state_dict["unranked"]]
         self.best_model_path = path(state_dict["best_model_path"])
         self.last_model_path = path(state_dict["last_model_path"])
-        self._last_kept = bool(state_dict["last_kept"])
-        self.current_score = state_dict["current_score"]
+        if state_dict.get("last_kept") is False:  # an older checkpoint: its newest folder was not kept as last
+            self.last_model_path = ""
+        score = state_dict["current_score"]
+        self.current_score = None if score is None else torch.tensor(score)
         self._last_global_step_saved = int(state_dict["last_global_step_saved"])
         # Folders a crash left behind before they were deleted go with the next save.
         self._pending_removal = [path(p) for p in state_dict["pending_removal"]]
 
 
-def _relative(path: str, base: str) -> str:
-    """``path`` relative to ``base`` (``/``-separated) when it lies inside it; otherwise unchanged (absolute)."""
-    if not path or not base:
-        return path
-    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(base))
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return os.path.abspath(path)  # a dirpath outside the run folder stays where it is when the run moves
-    return relative.replace(os.sep, "/")
-
-
-def _resolve(path: str, base: str) -> str:
-    """The inverse of ``_relative``: a relative path joined to ``base``; an absolute one unchanged."""
-    if not path or os.path.isabs(path):
-        return path
-    return os.path.normpath(os.path.join(base, *path.split("/")))
+# The signature with its annotations evaluated (this module postpones them): tools that read the signature to
+# build a parser (jsonargparse, LightningCLI) get real types, e.g. ``save_last: bool | Literal["link"] | None``.
+ModelCheckpoint.__init__.__signature__ = inspect.signature(ModelCheckpoint.__init__, eval_str=True)  # type: ignore[attr-defined]

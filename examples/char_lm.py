@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> str:
         gradient_clip_val=1.0, val_check_interval=args.val_every * args.accumulate, check_val_every_n_epoch=None,
         limit_val_batches=args.val_batches, num_sanity_val_steps=0, log_every_n_steps=10, seed=0,
         log_with="csv", project_dir=args.project_dir, project_name="char_lm", enable_model_summary=True,
-        callbacks=[ModelCheckpoint(every_n_train_steps=args.val_every, save_top_k=-1, save_last=True,
+        callbacks=[ModelCheckpoint(every_n_train_steps=args.val_every, save_top_k=-1, save_last="link",
                                    filename="step={step}")])
     model = CharLM(block=args.block, dim=args.dim, layers=args.layers, heads=max(1, args.dim // 32))
 

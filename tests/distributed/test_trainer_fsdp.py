@@ -46,8 +46,9 @@ def test_model_checkpoint_and_save_checkpoint_under_fsdp2_then_resume_on_another
         run_distributed: Any, tmp_path: Any) -> None:
     two = str(tmp_path / "two")
     saved = run_distributed(_fsdp_fit, 2, two, 3)
-    assert saved[0]["kept"] == saved[1]["kept"] == ["epoch=1", "epoch=2"]  # top 2 by val/score; the last is epoch 2
-    assert saved[0]["best"] == "epoch=1" and saved[0]["last"] == "epoch=2"
+    # top 2 by val/score (epochs 1 and 2) and last.ckpt (the newest position, epoch 2)
+    assert saved[0]["kept"] == saved[1]["kept"] == ["epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"]
+    assert saved[0]["best"] == "epoch=1.ckpt" and saved[0]["last"] == "last.ckpt"
     files = json.loads((tmp_path / "two" / "explicit" / "manifest.json").read_text())["files"]
     assert any(name.startswith("pytorch_model_fsdp_0/") for name in files)  # sharded, one file per rank
     assert saved[0]["step"] == 12 and saved[0]["state"]

@@ -117,7 +117,7 @@ def test_char_lm_trains_samples_and_resumes(tmp_path: Path) -> None:
     assert len(committed_checkpoints(tmp_path / "lm")) >= 2  # steps 2 and 4 (and the last pointer)
 
     out = run(example("char_lm.py", *tiny, "--max-steps", "6"), tmp_path)
-    assert f"Resumed from {tmp_path / 'lm' / 'checkpoints' / 'step=4'}" in out, out
+    assert f"Resumed from {tmp_path / 'lm' / 'checkpoints' / 'step=4.ckpt'}" in out, out
     assert "Trained to step 6" in out
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
+from callbacks.exceptions import MisconfigurationException
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
 
@@ -38,11 +39,11 @@ def test_top_k_and_last_keep_exactly_the_k_best_and_the_last(tmp_path: Any) -> N
                "save_top_k": 3, "save_last": True}
     callback = _fit(str(tmp_path), len(NOISY), **options)
     best = sorted(range(len(NOISY)), key=lambda e: -NOISY[e])[:3]  # epochs 7, 3, 5
-    expected = {f"epoch={e}-step={2 * (e + 1)}-val_score={NOISY[e]:.2f}" for e in best}
-    last = f"epoch=9-step=20-val_score={NOISY[9]:.2f}"
+    expected = {f"epoch={e}-step={2 * (e + 1)}-val_score={NOISY[e]:.2f}.ckpt" for e in best}
+    last = "last.ckpt"  # a complete checkpoint of the newest position, as Lightning's save_last=True writes
     assert sorted(os.listdir(tmp_path)) == sorted(expected | {last})  # "/" became "_": one folder each
     assert _names(callback.best_k_models) == sorted(expected)
-    assert os.path.basename(callback.best_model_path) == "epoch=7-step=16-val_score=0.71"
+    assert os.path.basename(callback.best_model_path) == "epoch=7-step=16-val_score=0.71.ckpt"
     assert float(callback.best_model_score) == pytest.approx(0.71)  # type: ignore[arg-type]
     assert os.path.basename(callback.last_model_path) == last
     assert os.path.basename(callback.kth_best_model_path).startswith("epoch=5-")
@@ -59,9 +60,11 @@ def test_top_k_and_last_keep_exactly_the_k_best_and_the_last(tmp_path: Any) -> N
 
 def test_without_monitor_the_newest_is_kept(tmp_path: Any) -> None:
     callback = _fit(str(tmp_path), 3)
-    assert os.listdir(tmp_path) == ["epoch=2-step=6"] and callback.best_model_path == callback.last_model_path
+    assert os.listdir(tmp_path) == ["epoch=2-step=6.ckpt"] and callback.last_model_path == ""  # no save_last
+    assert os.path.basename(callback.best_model_path) == "epoch=2-step=6.ckpt"
     keep_all = _fit(str(tmp_path / "all"), 3, save_top_k=-1)
-    assert sorted(os.listdir(tmp_path / "all")) == ["epoch=0-step=2", "epoch=1-step=4", "epoch=2-step=6"]
+    assert sorted(os.listdir(tmp_path / "all")) == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt",
+                                                    "epoch=2-step=6.ckpt"]
     assert keep_all.best_model_score is None
 
 
@@ -79,7 +82,7 @@ def test_a_step_checkpoint_is_taken_after_that_steps_validation(tmp_path: Any) -
                                                                                     data(n=4))
     scores = {os.path.basename(p): float(s) for p, s in callback.best_k_models.items()}
     # Each value is from its own step's validation (8 steps, validated every 2): never the previous one.
-    assert scores == {f"epoch=0-step={s}": float(s) for s in (2, 4, 6, 8)}
+    assert scores == {f"epoch=0-step={s}.ckpt": float(s) for s in (2, 4, 6, 8)}
 
 
 def test_a_stale_validation_value_is_never_ranked(tmp_path: Any) -> None:
@@ -89,8 +92,8 @@ def test_a_stale_validation_value_is_never_ranked(tmp_path: Any) -> None:
         Trainer(**QUIET, max_epochs=1, val_check_interval=2, callbacks=[callback]).fit(StepScore(), data(n=16),
                                                                                         data(n=4))
     assert sorted(float(s) for s in callback.best_k_models.values()) == [2.0, 4.0]
-    assert os.path.basename(callback.last_model_path) == "epoch=0-step=4"
-    assert len(os.listdir(tmp_path)) == 2  # step 3 was kept only while it was the last one
+    assert os.path.basename(callback.last_model_path) == "last.ckpt"  # the newest position, step 4
+    assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"]
 
 
 def test_last_finds_the_newest_checkpoint_in_a_custom_dirpath(tmp_path: Any) -> None:
@@ -101,37 +104,41 @@ def test_last_finds_the_newest_checkpoint_in_a_custom_dirpath(tmp_path: Any) -> 
                     callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "elsewhere"), save_top_k=-1)])
     again.fit(Regressor(), data(n=8), ckpt_path="last")
     assert again.global_step == 6 and again.checkpoint_callback is not None
-    assert os.path.basename(again.checkpoint_callback.last_model_path) == "epoch=2-step=6"
+    assert os.path.basename(again.checkpoint_callback.best_model_path) == "epoch=2-step=6.ckpt"
 
 
 def test_a_monitor_that_is_never_logged_names_the_logged_metrics(tmp_path: Any) -> None:
     callback = ModelCheckpoint(dirpath=str(tmp_path), monitor="val/acc")
-    with pytest.raises(ValueError, match=r"monitor='val/acc'\) found no logged metric 'val/acc'. Logged metrics: "
-                                         r"\['train/loss', 'val/loss'\]"):
+    with pytest.raises(MisconfigurationException, match=r"monitor='val/acc'\)` could not find the monitored key in "
+                                                        r"the returned metrics: \['epoch', 'step', 'train/loss', "
+                                                        r"'val/loss'\]"):
         Trainer(**QUIET, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=8), data(n=4))
     assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"mode": "maximum"}, r"mode=...\) must be 'min' or 'max'. Received: 'maximum'"),
-    ({"save_top_k": -2}, r"save_top_k=...\) must be -1 \(keep all\), 0 \(keep none\) or a positive int. Received: -2"),
-    ({"save_top_k": 3}, r"save_top_k=3, monitor=None\): without a monitored metric there is nothing to rank"),
-    ({"every_n_train_steps": 5, "every_n_epochs": 1}, r"every_n_train_steps=5, every_n_epochs=1, .* set only one"),
+    ({"mode": "maximum"}, r"mode='maximum'\): `mode` can be 'min' or 'max' but got maximum"),
+    ({"save_top_k": -2}, r"Invalid value for save_top_k=-2. Must be >= -1"),
+    ({"save_top_k": 3}, r"ModelCheckpoint\(save_top_k=3, monitor=None\) is not a valid configuration. No quantity"),
+    ({"every_n_train_steps": 5, "every_n_epochs": 1}, (r"Combination of parameters every_n_train_steps=5, "
+                                                      r"every_n_epochs=1 and train_time_interval=None should be")),
     ({"train_time_interval": -1}, r"train_time_interval=...\) must be a positive timedelta"),
-    ({"every_n_epochs": 1.5}, r"every_n_epochs=...\) must be an int >= 0 or None. Received: 1.5"),
+    ({"every_n_epochs": 1.5}, r"Invalid value for every_n_epochs=1.5. Must be >= 0"),
 ])
 def test_bad_arguments_fail_at_construction(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(MisconfigurationException, match=message):
         ModelCheckpoint(**kwargs)
 
 
 def test_filename_templates() -> None:
     callback = ModelCheckpoint(dirpath="/ckpt", filename="{epoch:02d}-{val/acc:.3f}-loss={loss:.1f}")
     assert callback.format_checkpoint_name({"epoch": 3, "val/acc": torch.tensor(0.91234), "loss": 0.5}) == \
-        "/ckpt/epoch=03-val_acc=0.912-loss=0.5"
+        "/ckpt/epoch=03-val_acc=0.912-loss=0.5.ckpt"
     assert callback.format_checkpoint_name({"epoch": 3, "val/acc": 0.5, "loss": 1.0}, ver=2) == \
-        "/ckpt/epoch=03-val_acc=0.500-loss=1.0-v2"
-    with pytest.raises(ValueError, match=r"uses \{val/acc\}, which was not logged. Available: \['epoch', 'loss'\]"):
-        callback.format_checkpoint_name({"epoch": 3, "loss": 1.0})
+        "/ckpt/epoch=03-val_acc=0.500-loss=1.0-v2.ckpt"
+    # A name that was not logged is 0 (Lightning's rule), with a warning naming it.
+    with pytest.warns(UserWarning, match=r"uses \{val/acc\}, which was not logged; it is written as 0"):
+        assert callback.format_checkpoint_name({"epoch": 3, "loss": 1.0}) == "/ckpt/epoch=03-val_acc=0.000-loss=1.0.ckpt"
     plain = ModelCheckpoint(dirpath="/ckpt", filename="{epoch}-{step}", auto_insert_metric_name=False)
-    assert plain.format_checkpoint_name({"epoch": 1, "step": 7}) == "/ckpt/1-7"
+    assert plain.format_checkpoint_name({"epoch": 1, "step": 7}) == "/ckpt/1-7.ckpt"
+    assert plain.format_checkpoint_name({"epoch": 1}, filename="last", prefix="exception") == "/ckpt/exception-last.ckpt"

@@ -38,15 +38,15 @@ def test_last_falls_back_past_a_damaged_newest_checkpoint_and_ends_bitwise_equal
     reference = _fit(tmp_path / "reference", max_epochs=4)
     _fit(tmp_path / "run", max_epochs=3)
     folders = tmp_path / "run" / "checkpoints"
-    assert sorted(os.listdir(folders)) == ["epoch=0", "epoch=1", "epoch=2"]
-    _flip(folders / "epoch=2" / "model.safetensors")
+    assert sorted(os.listdir(folders)) == ["epoch=0.ckpt", "epoch=1.ckpt", "epoch=2.ckpt"]
+    _flip(folders / "epoch=2.ckpt" / "model.safetensors")
     capsys.readouterr()
-    damaged = re.escape(str(folders / "epoch=2" / "model.safetensors"))
-    with pytest.warns(UserWarning, match=r"fit\(ckpt_path='last'\): Checkpoint .*epoch=2 is corrupted: " + damaged +
+    damaged = re.escape(str(folders / "epoch=2.ckpt" / "model.safetensors"))
+    with pytest.warns(UserWarning, match=r"fit\(ckpt_path='last'\): Checkpoint .*epoch=2\.ckpt is corrupted: " + damaged +
                       r" has 184 bytes with xxh3_64x16m \w+, its manifest says 184 bytes with \w+\. Falling back to the "
-                      r"previous committed checkpoint .*epoch=1\."):
+                      r"previous committed checkpoint .*epoch=1\.ckpt\."):
         resumed = _fit(tmp_path / "run", max_epochs=4, ckpt_path="last")
-    assert "Resumed from " + str(folders / "epoch=1") in capsys.readouterr().out
+    assert "Resumed from " + str(folders / "epoch=1.ckpt") in capsys.readouterr().out
     for name, value in reference.state_dict().items():
         assert torch.equal(resumed.state_dict()[name], value), name  # bitwise, as if never interrupted
 
@@ -54,13 +54,13 @@ def test_last_falls_back_past_a_damaged_newest_checkpoint_and_ends_bitwise_equal
 def test_an_explicit_damaged_checkpoint_or_none_intact_fails_with_advice(tmp_path: Path) -> None:
     _fit(tmp_path, max_epochs=2)
     folders = tmp_path / "checkpoints"
-    _flip(folders / "epoch=1" / "model.safetensors")
-    with pytest.raises(CorruptCheckpointError, match=r"fit\(ckpt_path='.*epoch=1'\): .*corrupted.* Pass "
+    _flip(folders / "epoch=1.ckpt" / "model.safetensors")
+    with pytest.raises(CorruptCheckpointError, match=r"fit\(ckpt_path='.*epoch=1\.ckpt'\): .*corrupted.* Pass "
                                                      r"ckpt_path='last' to resume from the newest checkpoint that "
                                                      r"verifies"):
-        _fit(tmp_path, max_epochs=3, ckpt_path=str(folders / "epoch=1"))
-    _flip(folders / "epoch=0" / "model.safetensors")
-    with pytest.raises(CorruptCheckpointError, match=r"none of the 2 committed checkpoint\(s\) verifies:\n  .*epoch=1: "
-                                                     r".*\n  .*epoch=0: .*\nTo start a new run, pass ckpt_path=None"), \
+        _fit(tmp_path, max_epochs=3, ckpt_path=str(folders / "epoch=1.ckpt"))
+    _flip(folders / "epoch=0.ckpt" / "model.safetensors")
+    with pytest.raises(CorruptCheckpointError, match=r"none of the 2 committed checkpoint\(s\) verifies:\n  .*epoch=1.ckpt: "
+                                                     r".*\n  .*epoch=0.ckpt: .*\nTo start a new run, pass ckpt_path=None"), \
             pytest.warns(UserWarning, match="Falling back"):
         _fit(tmp_path, max_epochs=3, ckpt_path="last")

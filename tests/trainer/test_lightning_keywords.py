@@ -91,7 +91,7 @@ def test_logger_object_default_root_dir_and_default_checkpoint(tmp_path: Path) -
     # The default ModelCheckpoint: in the logger's version folder, the newest epoch end kept (Lightning's default).
     (callback,) = trainer.checkpoint_callbacks
     assert callback.dirpath == os.path.join(logger.log_dir, "checkpoints")
-    assert os.listdir(callback.dirpath) == ["epoch=1-step=8"]
+    assert os.listdir(callback.dirpath) == ["epoch=1-step=8.ckpt"]
     assert trainer.test(model=module, dataloaders=data(), ckpt_path="last", verbose=False)[0]["test/loss"] >= 0
 
 

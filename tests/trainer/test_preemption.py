@@ -63,8 +63,8 @@ def test_with_a_model_checkpoint_the_preemption_save_is_its_last(tmp_path: Any) 
     with pytest.raises(SystemExit) as info:
         trainer.fit(Regressor(), data(n=24))
     assert info.value.code == 143  # the default: 128 + SIGTERM
-    assert os.path.basename(callback.last_model_path) == "epoch=0-step=3" and callback.best_k_models == {}
-    assert os.listdir(tmp_path / "checkpoints") == ["epoch=0-step=3"]
+    assert os.path.basename(callback.last_model_path) == "last.ckpt" and callback.best_k_models == {}
+    assert os.listdir(tmp_path / "checkpoints") == ["last.ckpt"]  # the position at step 3
 
 
 def test_max_time_saves_the_position_with_a_model_checkpoint(tmp_path: Any) -> None:
@@ -77,8 +77,8 @@ def test_max_time_saves_the_position_with_a_model_checkpoint(tmp_path: Any) -> N
     trainer = _trainer(tmp_path, max_time=0.15, callbacks=[callback, Slow()])
     trainer.fit(Regressor(), data(n=24))
     assert trainer.global_step == 1
-    assert os.path.basename(callback.last_model_path) == "epoch=0-step=1"
-    assert os.listdir(tmp_path / "checkpoints") == ["epoch=0-step=1"]
+    assert os.path.basename(callback.last_model_path) == "last.ckpt"  # the position at step 1
+    assert os.listdir(tmp_path / "checkpoints") == ["last.ckpt"]
 
 
 def test_a_signal_after_training_is_not_swallowed(tmp_path: Any) -> None:
@@ -125,7 +125,7 @@ def test_a_non_finite_loss_stops_with_the_step_and_value_before_any_checkpoint(t
     with pytest.raises(FloatingPointError, match=r"Non-finite loss: rank 0: nan at optimizer step 2 \(epoch 0, "
                                                  r"batch 2\).*on_nonfinite_loss='skip'"):
         trainer.fit(NanAt(2), data(n=24))
-    assert os.listdir(tmp_path / "checkpoints") == ["epoch=0-step=1"]  # step 2's weights were never saved
+    assert os.listdir(tmp_path / "checkpoints") == ["epoch=0-step=1.ckpt"]  # step 2's weights were never saved
 
 
 def test_skip_drops_the_step_and_goes_on(tmp_path: Any) -> None:

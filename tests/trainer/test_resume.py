@@ -58,7 +58,8 @@ def test_sigkill_at_several_points_then_resume_is_bitwise_exact(reference: str, 
     assert launch(run, "--ckpt-path", "last") == 0
     assert resumed_from(run) == (1, 11, 12)  # the epoch end hooks had not run: they run now, once
     assert_same_run(reference, run)
-    assert os.listdir(os.path.join(run, "checkpoints")) == ["epoch=2-step=18"]  # only the newest is kept
+    # only the newest is kept, and its copy as last.ckpt (save_last=True, as Lightning writes it)
+    assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["epoch=2-step=18.ckpt", "last.ckpt"]
 
 
 def test_sigterm_saves_by_itself_exits_with_its_status_and_resumes_exactly(reference: str, tmp_path: Any) -> None:

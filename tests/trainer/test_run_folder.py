@@ -68,10 +68,10 @@ def test_a_copied_run_resumed_from_another_directory_writes_only_into_the_copy(
     assert _steps(original / "logs" / "version_0" / "metrics.csv")[-1] == 4
     assert len(list((tmp_path / "copy" / "logs").glob("events.out.tfevents.*"))) == 2  # the resumed writer's too
     # The top-k record survived the move: the best of all 4 epochs (epoch 3), in the copy, and only it is kept.
-    assert checkpoint.best_model_path == str(tmp_path / "copy" / "checkpoints" / "epoch=3-val_score=0.62")
+    assert checkpoint.best_model_path == str(tmp_path / "copy" / "checkpoints" / "epoch=3-val_score=0.62.ckpt")
     # The copy's own epoch-1 checkpoint was rotated out (the restored record knew it); the original's stays.
-    assert os.listdir(tmp_path / "copy" / "checkpoints") == ["epoch=3-val_score=0.62"]
-    assert os.listdir(original / "checkpoints") == ["epoch=1-val_score=0.55"]
+    assert sorted(os.listdir(tmp_path / "copy" / "checkpoints")) == ["epoch=3-val_score=0.62.ckpt", "last.ckpt"]
+    assert sorted(os.listdir(original / "checkpoints")) == ["epoch=1-val_score=0.55.ckpt", "last.ckpt"]
 
 
 def test_two_runs_in_one_project_never_share_a_log_file(tmp_path: Path) -> None:
