@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from typing import IO, Any
 
 import torch
@@ -67,6 +68,9 @@ class ProgressBar(Callback):
         self._first_batch = 0
         self._eval: _Progress | None = None
         self._last_metrics = 0.0
+        self._enabled = True
+        self._trainer_ref: weakref.ReferenceType[Any] | None = None
+        self._module_ref: weakref.ReferenceType[torch.nn.Module] | None = None
 
     # -- runs -------------------------------------------------------------------------------------------------
     def skipped_hooks(self) -> frozenset[str]:
@@ -75,9 +79,68 @@ class ProgressBar(Callback):
         isatty = getattr(self._given_stream or sys.stdout, "isatty", None)
         return frozenset() if callable(isatty) and isatty() else frozenset({"on_train_batch_end"})
 
+    # -- Lightning's ProgressBar API -----------------------------------------------------------------------------
+    @property
+    def trainer(self) -> TrainerView:
+        """The trainer of the current (or last) run."""
+        trainer = self._trainer_ref() if self._trainer_ref is not None else None
+        if trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer: its trainer is known from "
+                               "the first run's setup on.")
+        return trainer
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """Training batches per epoch (``inf`` for a loader without a length)."""
+        total = self.trainer.num_training_batches
+        return float("inf") if total is None else total
+
+    @property
+    def total_val_batches(self) -> int | float:
+        """Validation batches of this epoch, over every loader (0 when the epoch does not validate)."""
+        trainer = self.trainer
+        every = trainer.check_val_every_n_epoch
+        if not trainer.val_dataloaders or (every is not None and (trainer.current_epoch + 1) % every != 0):
+            return 0
+        counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+        return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    @property
+    def total_test_batches(self) -> int | float:
+        counts = self.trainer.num_test_batches
+        return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    @property
+    def total_predict_batches(self) -> int | float:
+        counts = self.trainer.num_predict_batches
+        return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled and self.refresh_rate > 0
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self.is_enabled
+
+    def enable(self) -> None:
+        """Draw again after ``disable()`` (from the next run on)."""
+        self._enabled = True
+
+    def disable(self) -> None:
+        """Draw nothing (from the next run on); the Trainer's ``enable_progress_bar=False`` leaves the bar out."""
+        self._enabled = False
+
+    def get_metrics(self, trainer: TrainerView, module: torch.nn.Module) -> dict[str, Any]:
+        """What the bar shows: the ``prog_bar=True`` metrics as numbers; override to change it. (Lightning adds
+        the logger's version as ``v_num``; Ember's bar leaves it out.)"""
+        return dict(trainer.progress_bar_metrics)
+
     def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+        self._trainer_ref = weakref.ref(trainer)
+        self._module_ref = weakref.ref(module)
         self._stream = self._given_stream or sys.stdout
-        self._active = trainer.is_global_zero and self.refresh_rate > 0
+        self._active = trainer.is_global_zero and self.refresh_rate > 0 and self._enabled
         isatty = getattr(self._stream, "isatty", None)
         self._terminal = self._active and callable(isatty) and bool(isatty())
         self._in_fit = stage == "fit"
@@ -173,10 +236,14 @@ class ProgressBar(Callback):
         now = time.monotonic()
         if now - self._last_metrics >= self.metrics_interval_s:
             self._last_metrics = now
-            progress.bar.set_postfix(_format(trainer.progress_bar_metrics), refresh=False)
+            progress.bar.set_postfix(self._shown(trainer), refresh=False)
+
+    def _shown(self, trainer: TrainerView) -> dict[str, str]:
+        module = self._module_ref() if self._module_ref is not None else None
+        return _format(self.get_metrics(trainer, module))  # type: ignore[arg-type]
 
     def _finish(self, progress: _Progress, trainer: TrainerView, summary: str, metrics: bool) -> None:
-        shown = _format(trainer.progress_bar_metrics) if metrics else {}
+        shown = self._shown(trainer) if metrics else {}
         if progress.bar is not None:
             progress.bar.set_postfix(shown, refresh=True)
             progress.close()
