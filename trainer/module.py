@@ -88,6 +88,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                "exists).")
         return trainer
 
+    @trainer.setter
+    def trainer(self, trainer: ModuleHost | None) -> None:
+        """Attach the module to ``trainer`` (``None`` detaches it), as Lightning allows; the Trainer does it itself
+        at the start of each run. Held by weak reference: the module never keeps a trainer alive."""
+        self._trainer_ref = None if trainer is None else weakref.ref(trainer)
+
     @property
     def accelerator(self) -> Accelerator:
         """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
@@ -393,13 +399,15 @@ class StepRouter(torch.nn.Module):
         (['net.weight', 'net.bias'], True)
     """
 
-    def __init__(self, module: TrainModule, compiler: Compiler | None = None) -> None:
+    def __init__(self, module: TrainModule, compiler: Compiler | None = None, precision: Any = None) -> None:
         super().__init__()
         # A plain attribute (not a child): nn.Module.__getattr__ costs ~0.5 us on every step, and a child would
         # prefix every name with "module.".
         object.__setattr__(self, "_target", module)
         object.__setattr__(self, "_steps", {})
         object.__setattr__(self, "_compiler", compiler)  # torch.compile's the steps (and the forward they call)
+        # A trainer.loop.precision.TruePrecision (precision="64" / "16-true" / "bf16-true"), or None.
+        object.__setattr__(self, "_precision", precision)
         for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
             object.__setattr__(self, table, getattr(module, table))
 
@@ -416,6 +424,10 @@ class StepRouter(torch.nn.Module):
             if self._compiler is not None:
                 fn = self._compiler(fn)
             self._steps[key] = fn
+        precision = self._precision
+        if precision is not None:
+            with precision.step_context():
+                return fn(precision.convert_input(args[0]), *args[1:])
         return fn(*args)
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:

@@ -84,7 +84,24 @@ class HookTable:
 
 
 def overrides(obj: Any, base: type, name: str) -> bool:
-    """Whether ``obj``'s class defines ``name`` differently from ``base`` (or ``base`` lacks it)."""
+    """Whether ``obj`` defines ``name`` differently from ``base`` (or ``base`` lacks it): its class does, or the
+    instance holds its own value. ``model.validation_step = None`` switches a step (or hook) off, as in Lightning.
+
+    Example:
+        >>> class Base:
+        ...     def validation_step(self): ...
+        >>> class Model(Base):
+        ...     def validation_step(self): ...
+        >>> model = Model()
+        >>> overrides(model, Base, "validation_step"), overrides(Base(), Base, "validation_step")
+        (True, False)
+        >>> model.validation_step = None
+        >>> overrides(model, Base, "validation_step")
+        False
+    """
+    instance = getattr(obj, "__dict__", {})
+    if name in instance:
+        return instance[name] is not None
     own = getattr(type(obj), name, None)
     if own is None:
         return False
