@@ -43,8 +43,8 @@ def test_thresholds_and_non_finite_values() -> None:
     assert _fit(diverged).current_epoch == 1 and diverged.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
     assert "Divergence threshold reached: val/loss = " in str(diverged.stopping_reason_message)
     stop = EarlyStopping(monitor="val/loss")
-    assert stop._evaluate(math.nan) == (True, "Monitored metric val/loss = nan is not finite. Previous best value was "
-                                              "inf. Signaling Trainer to stop.")
+    assert stop._evaluate(math.nan) == (True, ("Monitored metric val/loss = nan is not finite. Previous best value was "
+                                              "inf. Signaling Trainer to stop."))
     assert stop.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
     assert EarlyStopping(monitor="val/loss", check_finite=False)._evaluate(math.nan)[0] is False
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import pytest
@@ -25,11 +26,23 @@ def _text(report: Any) -> str:
     return head + full[-4000:]
 
 
+_PATH = re.compile(r"""(?:PosixPath\(|\b)['"](/[^'"]+)['"]""")
+
+
+def _folder_checkpoints(text: str) -> list[str]:
+    """Paths the failure treated as files (``isfile(...)``, ``torch.load`` raising ``IsADirectoryError``) that are
+    folders on disk right now: the test read a checkpoint that Ember writes as a folder."""
+    lines = [line for line in text.splitlines() if "isfile(" in line or "IsADirectoryError" in line
+             or "getsize(" in line]
+    return sorted({p for line in lines for p in _PATH.findall(line) if os.path.isdir(p)})
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     entry = _results.setdefault(report.nodeid, {"outcome": "passed", "text": ""})
     if report.failed:
         if entry["outcome"] != "failed":  # the first failing phase says why (setup before call before teardown)
-            entry.update(outcome="failed", text=_text(report), when=report.when)
+            text = _text(report)
+            entry.update(outcome="failed", text=text, when=report.when, folders=_folder_checkpoints(text))
     elif report.skipped and report.when in ("setup", "call"):
         if hasattr(report, "wasxfail"):
             entry.update(outcome="xfailed")
