@@ -11,6 +11,9 @@ DEFAULT_MAX_EPOCHS = 1000
 # Lightning precision strings -> the engine's mixed_precision values.
 _PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16": "fp16", "fp16": "fp16",
               "bf16-mixed": "bf16", "bf16": "bf16"}
+# Lightning's true precisions: the parameters and floating inputs are in this dtype (no autocast).
+_TRUE_PRECISION = {"64": "float64", "64-true": "float64", "double": "float64", "16-true": "float16",
+                   "bf16-true": "bfloat16"}
 
 
 def is_int(value: Any) -> bool:
@@ -57,21 +60,35 @@ def check_epochs_and_steps(max_epochs: Any, max_steps: Any, max_time: float | No
 
 
 def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
-    """The engine's ``mixed_precision`` from either keyword (Lightning's ``precision`` strings included)."""
+    """The engine's ``mixed_precision`` from either keyword (Lightning's ``precision`` strings included; a true
+    precision such as ``"64"`` or ``"bf16-true"`` is ``"no"`` here, its dtype comes from ``true_precision``)."""
     values = []
     for name, value in (("mixed_precision", mixed_precision), ("precision", precision)):
         if value is None:
             continue
         key = str(value).lower()
+        if name == "precision" and key in _TRUE_PRECISION:
+            values.append((name, value, "no"))
+            continue
         if key not in _PRECISION:
-            raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of "
-                             f"{sorted(set(_PRECISION) | {'32'})} (full-precision 16-bit training, '16-true' / "
-                             "'bf16-true', is not supported: use '16-mixed' or 'bf16-mixed').")
+            choices = sorted(set(_PRECISION) | (set(_TRUE_PRECISION) if name == "precision" else set()))
+            raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of {choices}.")
         values.append((name, value, _PRECISION[key]))
     if len(values) == 2 and values[0][2] != values[1][2]:
         raise ValueError(f"Trainer(mixed_precision={mixed_precision!r}, precision={precision!r}) disagree: pass only "
                          "one of them.")
     return values[0][2] if values else None
+
+
+def true_precision(precision: Any) -> str | None:
+    """The dtype name the whole model runs in for Lightning's true precisions (``"64"`` / ``"64-true"`` ->
+    ``"float64"``, ``"16-true"`` -> ``"float16"``, ``"bf16-true"`` -> ``"bfloat16"``), else None.
+
+    Example:
+        >>> true_precision("64"), true_precision("bf16-true"), true_precision("bf16-mixed")
+        ('float64', 'bfloat16', None)
+    """
+    return None if precision is None else _TRUE_PRECISION.get(str(precision).lower())
 
 
 def parse_max_time(value: Any) -> float | None:

@@ -117,6 +117,8 @@ class TrainerConfig:
     # given (fit warns); max_epochs=-1 asked for no limit at all (stored as None).
     max_epochs_defaulted: bool = field(default=False, repr=False)
     max_epochs_unlimited: bool = field(default=False, repr=False)
+    # Lightning's true precisions ("64", "16-true", "bf16-true"): the dtype of the parameters and floating inputs.
+    param_dtype: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: the checked values replace the given ones, here only
@@ -163,7 +165,8 @@ class TrainerConfig:
             gradient_clip_val=clip or None,
             gradient_clip_algorithm=checks.check_choice("gradient_clip_algorithm", self.gradient_clip_algorithm or
                                                         "norm", ("norm", "value")),
-            mixed_precision=checks.parse_precision(self.mixed_precision, self.precision), val_check_interval=interval,
+            mixed_precision=checks.parse_precision(self.mixed_precision, self.precision),
+            param_dtype=checks.true_precision(self.precision), val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,
             overfit_batches=overfit,
             log_every_n_steps=checks.check_count("log_every_n_steps", self.log_every_n_steps, 1, False) or 1,

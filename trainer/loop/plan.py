@@ -24,6 +24,7 @@ from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.loop.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
 from trainer.loop.hooks import overrides
+from trainer.loop.precision import TruePrecision
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
@@ -109,9 +110,10 @@ class RunPlan:
                                        clip_value=config.gradient_clip_val,
                                        clip_algorithm=config.gradient_clip_algorithm)
             prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
-                                                                                         configs)])
+                                                                                         configs)],
+                                          param_dtype=config.param_dtype)
         else:
-            self.prepare_model(module, training=True)
+            self.prepare_model(module, training=True, param_dtype=config.param_dtype)
             optimizers, configs = self._optimizers_of(module, manual)
             prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
             prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
@@ -179,7 +181,7 @@ class RunPlan:
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
                              f"define {type(module).__name__}.{source}_dataloader().")
-        self.prepare_model(module, training=False)
+        self.prepare_model(module, training=False, param_dtype=config.param_dtype)
         if kind == "validate":
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches
@@ -193,18 +195,24 @@ class RunPlan:
             self.predict_loaders, self.num_predict_batches = prepared, counts
         return prepared, counts
 
-    def prepare_model(self, module: TrainModule, training: bool, together: list[Any] | None = None) -> list[Any]:
+    def prepare_model(self, module: TrainModule, training: bool, together: list[Any] | None = None,
+                      param_dtype: str | None = None) -> list[Any]:
         """Wrap the module for this setup once (again only to add DDP / FSDP2 when an evaluation came first).
 
         ``together``: optimizers and schedulers the backend builds with the model (DeepSpeed; the module's
         ``configure_model`` already ran): prepared in the same call, and returned prepared.
+        ``param_dtype``: a true precision's dtype (``TrainerConfig.param_dtype``): the module is converted to it and
+        its steps run in it.
         """
         if self._model_for is not None and self._model_for[0] is module and (self._model_for[1] or not training):
             return []
-        router = StepRouter(module, self.compiler)
+        if together is None and overrides(module, TrainModule, "configure_model"):
+            module.configure_model()
+        precision = TruePrecision(param_dtype) if param_dtype is not None else None
+        if precision is not None:
+            precision.convert_module(module)
+        router = StepRouter(module, self.compiler, precision)
         if together is None:
-            if overrides(module, TrainModule, "configure_model"):
-                module.configure_model()
             self.model, prepared = self.accelerator.prepare_model(router, evaluation_mode=not training), []
         else:
             self.model, *prepared = self.accelerator.prepare(router, *together) if together else (
@@ -213,8 +221,9 @@ class RunPlan:
         self._model_for = (module, training)
         # Unwrapped (one process, no DDP / FSDP2 / compile / autocast wrapper, no hooks), the module's step is
         # called directly: the same call minus nn.Module.__call__ and the router (~2 us per step on a slow CPU).
-        bare = self.model is router and self.compiler is None and "forward" not in vars(router) and not (
-            router._forward_hooks or router._forward_pre_hooks or router._backward_hooks)
+        bare = (self.model is router and self.compiler is None and precision is None
+                and "forward" not in vars(router)
+                and not (router._forward_hooks or router._forward_pre_hooks or router._backward_hooks))
         self.training_step = (step_function(module, "training_step", 2) if bare
                               else functools.partial(self.model, "training_step"))
         return prepared
