@@ -24,6 +24,7 @@ from trainer.checkpoint.checkpointer import Checkpointer
 from trainer.checkpoint.entry import Attached, TrainerEntry
 from trainer.checkpoint.resume import Resume, load_weights, restore
 from trainer.compat.attributes import with_lightning_attributes
+from trainer.compat.devices import precision_name
 from trainer.compat.keywords import accepts_model, convert_module, logger_views, resolve_lightning
 from trainer.config import UNSET, TrainerConfig, check_keywords, keyword_signature
 from trainer.datamodule import DataModule
@@ -42,6 +43,7 @@ from trainer.module import TrainModule
 from trainer.optim import clip_gradients
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
+from trainer.states import TrainerFn, TrainerStatus
 from trainer.tools.compiling import take_compiled
 
 
@@ -462,12 +464,18 @@ class Trainer:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
         module = self._attach(module, datamodule)
         self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
+        state = self.state
+        state.fn, state.status = TrainerFn(stage), TrainerStatus.RUNNING
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers):
                 yield hooks
+            state.status = TrainerStatus.FINISHED
+        except BaseException:
+            state.status = TrainerStatus.INTERRUPTED
+            raise
         finally:
             self._hooks = None  # drops the hook table's references to this trainer and the module
-            self.state.stage = "idle"
+            state.stage = "idle"
 
     def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
         if module is None:
@@ -526,8 +534,9 @@ class Trainer:
 
     @property
     def precision(self) -> str:
-        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``."""
-        return {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(self.accelerator.mixed_precision, "32-true")
+        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
+        ``"64-true"``, ``"bf16-true"``..."""
+        return precision_name(self.config, self.accelerator)
 
     @property
     def logger(self) -> Any:

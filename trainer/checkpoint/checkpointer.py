@@ -40,6 +40,7 @@ class Checkpointer:
         self.profiler = profiler
         self._queue: list[Callable[[], Any]] | None = None  # saves waiting for the next boundary, inside fit
         self.saved_position: tuple[int, int, int] | None = None  # where the newest checkpoint of this run stands
+        self.ckpt_path: str | None = None  # the folder the last fit / validate / test / predict loaded (a record)
         accelerator.register_for_checkpointing(entry)
 
     # -- where checkpoints go -----------------------------------------------------------------------------------
@@ -65,9 +66,11 @@ class Checkpointer:
     def resolve(self, ckpt_path: Any, entry: str, required: bool = False) -> Resume | None:
         """``ckpt_path`` of the trainer method ``entry`` as a ``Resume`` value (see ``trainer.checkpoint.resume``)."""
         found = self.checkpoint_callbacks
-        return resolve(self.accelerator, ckpt_path, entry, directories=self.directories(),
-                       best_path=found[0].best_model_path if found else None,
-                       has_checkpoint_callback=bool(found), required=required)
+        resume = resolve(self.accelerator, ckpt_path, entry, directories=self.directories(),
+                         best_path=found[0].best_model_path if found else None,
+                         has_checkpoint_callback=bool(found), required=required)
+        self.ckpt_path = resume.folder if resume is not None else None
+        return resume
 
     # -- the boundary queue -------------------------------------------------------------------------------------
     def run_at_boundary(self, fn: Callable[[], Any]) -> None:

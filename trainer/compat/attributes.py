@@ -9,9 +9,13 @@ attribute lookup, no ``__getattr__`` fallback), so the Trainer's own body holds 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from callbacks import EarlyStopping, ProgressBar
 from trainer import args as checks
+from trainer.compat import devices
+from trainer.states import TrainerStatus
 
 
 class _View:
@@ -83,6 +87,30 @@ class StageFlag(_View):
         return obj.state.stage == self.stage
 
 
+class Computed(_View):
+    """``trainer.<name>``: a value computed from the trainer's parts by ``read`` (read-only)."""
+
+    def __init__(self, read: Callable[[Any], Any]) -> None:
+        self.compute = read
+
+    def read(self, obj: Any) -> Any:
+        return self.compute(obj)
+
+
+def _first(kind: type) -> Callable[[Any], Any]:
+    """The trainer's first callback of type ``kind``, or None."""
+    def read(obj: Any) -> Any:
+        return next((c for c in obj.callbacks if isinstance(c, kind)), None)
+    return read
+
+
+def _all(kind: type) -> Callable[[Any], list[Any]]:
+    """Every callback of type ``kind``, in calling order."""
+    def read(obj: Any) -> list[Any]:
+        return [c for c in obj.callbacks if isinstance(c, kind)]
+    return read
+
+
 # Every Lightning attribute name the Trainer shows, with the part that owns the value.
 LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "callbacks": PartField("attached", "callbacks", settable=True),
@@ -139,6 +167,17 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "validating": StageFlag("validate"),  # inside fit or validate()
     "testing": StageFlag("test"),
     "predicting": StageFlag("predict"),
+    "early_stopping_callback": Computed(_first(EarlyStopping)),
+    "early_stopping_callbacks": Computed(_all(EarlyStopping)),
+    "progress_bar_callback": Computed(_first(ProgressBar)),  # None without a bar (enable_progress_bar=False)
+    "num_nodes": ConfigField(),
+    "default_root_dir": Computed(lambda t: devices.root_dir(t.accelerator.project_dir)),
+    "num_devices": Computed(lambda t: len(devices.device_ids(t.accelerator))),
+    "device_ids": Computed(lambda t: devices.device_ids(t.accelerator)),
+    "node_rank": Computed(lambda t: devices.node_rank(t.accelerator)),
+    "ckpt_path": PartField("checkpointer", "ckpt_path"),  # what the last fit / validate / ... loaded, or None
+    "interrupted": Computed(lambda t: t.state.status == TrainerStatus.INTERRUPTED),
+    "received_sigterm": Computed(lambda t: t.stop.preemption.received is not None),
 }
 
 T = TypeVar("T", bound=type)
