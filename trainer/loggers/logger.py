@@ -145,6 +145,47 @@ class Logger:
         """Called after ``ModelCheckpoint`` saves (Lightning's hook; Ember's loggers upload nothing)."""
 
 
+class DummyLogger(Logger):
+    """A logger that records nothing (Lightning's ``DummyLogger``): ``trainer.logger`` under ``fast_dev_run``.
+
+    Every method is accepted and does nothing; ``experiment`` is a ``DummyExperiment``.
+
+    Example:
+        >>> logger = DummyLogger()
+        >>> logger.log_metrics({"loss": 1.0}, step=0), logger.name, logger.version
+        (None, '', '')
+    """
+
+    @property
+    def experiment(self) -> DummyExperiment:
+        return DummyExperiment()
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        pass
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def finalize(self, status: str) -> None:
+        pass
+
+    def __getitem__(self, index: int) -> DummyLogger:
+        return self  # Lightning lets code index it like a list of loggers
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return DummyExperiment().nop  # any other logger method: accepted, does nothing
+
+
 def convert_params(params: Mapping[str, Any] | argparse.Namespace | None) -> dict[str, Any]:
     """A plain dict from a dict / ``Namespace`` (nested dicts kept: each tracker flattens them its own way)."""
     if params is None:
