@@ -130,6 +130,7 @@ class ModelCheckpoint(Callback):
         if not isinstance(async_save, bool):
             raise TypeError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
         self.dirpath = (os.path.abspath(os.path.expanduser(os.fspath(dirpath))) if dirpath is not None else None)
+        self._dirpath_given = dirpath is not None
         self.filename = filename
         self.monitor = monitor
         self.verbose = verbose
@@ -519,6 +520,8 @@ class ModelCheckpoint(Callback):
         def path(p: str) -> str:
             return resolve(p, where) if is_relative else p
 
+        if self.dirpath is not None and not self._dirpath_given:
+            self.dirpath = saved_dir  # a default folder follows the run it resumes (its logger's version folder)
         if self.dirpath is not None and os.path.normpath(saved_dir) != os.path.normpath(self.dirpath):
             warnings.warn(f"ModelCheckpoint: The dirpath has changed from {saved_dir} to {self.dirpath}; its top-k and "
                           "last bookkeeping are not restored (only best_model_path and last_model_path).",

@@ -6,7 +6,7 @@ from typing import Any
 
 from callbacks import Callback, ModelSummary, ProgressBar
 from engine import Accelerator
-from trainer.compat.keywords import LightningChoices
+from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
 from trainer.config import UNSET, TrainerConfig
 from trainer.utilities.rank_zero import rank_zero_only
 
@@ -34,7 +34,7 @@ def build_accelerator(config: TrainerConfig, lightning: LightningChoices) -> Acc
                          f"Received: {accelerator!r}.")
     else:
         log_with = "csv" if log_with is UNSET else log_with
-        project_dir = "runs" if project_dir is UNSET else project_dir
+        project_dir = DEFAULT_PROJECT_DIR if project_dir is UNSET else project_dir
         accelerator = Accelerator(cpu=accelerator == "cpu", mixed_precision=precision,
                                   log_with=None if fast_dev_run else log_with, project_dir=project_dir, **extra)
     if accelerator.gradient_accumulation_steps != 1:

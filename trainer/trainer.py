@@ -121,7 +121,7 @@ class Trainer:
         self._loggers = lightning.loggers
         self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / DeepSpeedStrategy
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
-                                    lightning.default_checkpoint(config, acc))
+                                    lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
@@ -136,7 +136,8 @@ class Trainer:
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self.profiler = resolve_profiler(config.profiler)
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
-        self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler)
+        self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler,
+                                         *lightning.checkpoint_dirs(acc))
         self._engine_backward = profiled(self.profiler, "backward", acc.backward)  # no wrapper without a profiler
         self._world = acc.num_processes
 
@@ -530,7 +531,7 @@ class Trainer:
     @property
     def loggers(self) -> list[Any]:
         """Lightning-style loggers (``trainer.loggers``): the given ones, or views of the running trackers."""
-        return logger_views(self._loggers, self.accelerator.trackers)
+        return logger_views(self._loggers, self.accelerator.trackers, bool(self.config.fast_dev_run))
 
     @property
     def precision(self) -> str:

@@ -10,6 +10,7 @@ What a checkpoint holds is the engine's state plus the trainer's entry (``traine
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,11 +31,17 @@ class Checkpointer:
         before_save: called before each complete checkpoint (the trainer brings its clock up to date and makes
             sure no non-finite loss went into the weights).
         profiler: times each save as ``"save_checkpoint"`` when it records.
+        log_dir: the first file logger's run folder: checkpoints go to ``{log_dir}/checkpoints`` by default, as in
+            Lightning (``None``: ``{project_dir}/checkpoints``).
+        versions: the folder of that logger's ``version_N`` siblings when its version was picked automatically:
+            ``ckpt_path="last"`` also looks in their ``checkpoints`` (a restarted script gets a new version).
     """
 
     def __init__(self, accelerator: Accelerator, entry: TrainerEntry, before_save: Callable[[], None],
-                 profiler: Profiler | None = None) -> None:
+                 profiler: Profiler | None = None, log_dir: str | None = None, versions: str | None = None) -> None:
         self.accelerator = accelerator
+        self.log_dir = log_dir
+        self.versions = versions
         self.entry = entry
         self.before_save = before_save
         self.profiler = profiler
@@ -51,12 +58,17 @@ class Checkpointer:
 
     @property
     def default_dir(self) -> str:
-        """``{project_dir}/checkpoints``: ModelCheckpoint's default ``dirpath`` and where preemption saves go."""
-        return os.path.join(os.path.abspath(self.accelerator.project_dir or os.getcwd()), "checkpoints")
+        """``{log_dir}/checkpoints`` or ``{project_dir}/checkpoints``: ModelCheckpoint's default ``dirpath`` and
+        where preemption saves go without one."""
+        root = self.log_dir or self.accelerator.project_dir or os.getcwd()
+        return os.path.join(os.path.abspath(root), "checkpoints")
 
     def directories(self) -> list[str]:
-        """Where ``ckpt_path="last"`` looks: the default folder, then every ModelCheckpoint's ``dirpath``."""
+        """Where ``ckpt_path="last"`` looks: the default folder, then every ModelCheckpoint's ``dirpath``, then the
+        checkpoints of the logger's other versions."""
         dirs = [self.default_dir] + [c.dirpath for c in self.checkpoint_callbacks if c.dirpath]
+        if self.versions is not None:
+            dirs += sorted(glob.glob(os.path.join(glob.escape(self.versions), "version_*", "checkpoints")))
         return list(dict.fromkeys(os.path.abspath(d) for d in dirs))
 
     def newest(self) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from callbacks import EarlyStopping, ProgressBar
 from trainer import args as checks
 from trainer.compat import devices
+from trainer.compat.keywords import log_dir
 from trainer.states import TrainerStatus
 
 
@@ -159,7 +160,7 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "global_rank": PartField("accelerator", "process_index"),
     "local_rank": PartField("accelerator", "local_process_index"),
     "is_global_zero": PartField("accelerator", "is_main_process"),
-    "log_dir": PartField("accelerator", "logging_dir"),
+    "log_dir": Computed(lambda t: log_dir(t.loggers, t.default_root_dir)),  # the first logger's run folder
     "checkpoint_callbacks": PartField("checkpointer", "checkpoint_callbacks"),  # every ModelCheckpoint, in order
     "default_checkpoint_dir": PartField("checkpointer", "default_dir"),  # {project_dir}/checkpoints
     "sanity_checking": StageFlag("sanity_check"),

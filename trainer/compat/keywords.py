@@ -34,8 +34,10 @@ from callbacks import Callback, ModelCheckpoint
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
-from trainer.loggers.logger import TrackerLogger
+from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.strategies import resolve_strategy
+
+DEFAULT_PROJECT_DIR = "runs"  # the project folder when neither project_dir nor default_root_dir is given
 
 __all__ = ["LightningChoices", "accepts_model", "launch_and_exit", "logger_views", "resolve_lightning"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,19 +56,29 @@ class LightningChoices:
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
 
-    def default_checkpoint(self, config: Any, accelerator: Any) -> Callback | None:
+    def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
-        and none was given; in ``{logger.log_dir}/checkpoints`` with a file logger, else Ember's default folder."""
+        and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``."""
         given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
         if not config.enable_checkpointing or config.fast_dev_run or any(
                 isinstance(c, ModelCheckpoint) for c in given):
             return None
-        log_dir = next((view.log_dir for view in self.loggers if view.log_dir is not None), None)
-        if log_dir is not None and accelerator.num_processes > 1:
+        return ModelCheckpoint()
+
+    def checkpoint_dirs(self, accelerator: Any) -> tuple[str | None, str | None]:
+        """``(log_dir, versions)``: the first file logger's run folder, where ``ModelCheckpoint`` saves by default
+        (``{log_dir}/checkpoints``, Lightning's place), and the folder of its ``version_N`` siblings when the
+        version was picked automatically (``ckpt_path="last"`` looks in their checkpoints too, so a restarted
+        script finds the run it continues). ``(None, None)`` without a file logger."""
+        first = next((view for view in self.loggers if view.log_dir is not None), None)
+        if first is None:
+            return None, None
+        found = [first.log_dir, getattr(first, "root_dir", None) if getattr(first, "auto_version", False) else None]
+        if accelerator.num_processes > 1:
             from engine import broadcast_object_list
 
-            log_dir = broadcast_object_list([log_dir])[0]  # the version folder rank 0 picked
-        return ModelCheckpoint(dirpath=None if log_dir is None else os.path.join(log_dir, "checkpoints"))
+            found = broadcast_object_list(found)  # the version folder rank 0 picked
+        return found[0], found[1]
 
     def launch_if_asked(self, precision: str | None) -> None:
         """With ``devices > 1`` in a plain process: run the script in that many workers and exit (never returns)."""
@@ -74,11 +86,21 @@ class LightningChoices:
             launch_and_exit(self.processes, self.cpu, precision, self.strategy_kind == "fsdp")
 
 
-def logger_views(loggers: tuple[Logger, ...], trackers: list[Any]) -> list[Logger]:
-    """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started."""
-    if loggers:
-        return list(loggers)
-    return [TrackerLogger(tracker) for tracker in trackers]
+def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False) -> list[Logger]:
+    """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started; under
+    ``fast_dev_run`` (which logs nothing) one ``DummyLogger`` where there would have been loggers, as in Lightning."""
+    views = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
+    if fast_dev_run:
+        return [DummyLogger()] if loggers else []
+    return views
+
+
+def log_dir(loggers: list[Logger], root_dir: str) -> str | None:
+    """``trainer.log_dir``: the first logger's run folder (``save_dir`` for remote-style loggers), or the root."""
+    if not loggers:
+        return root_dir
+    first = loggers[0]
+    return first.log_dir if isinstance(first, (VersionedLogger, TrackerLogger)) else first.save_dir
 
 
 def convert_module(config: Any, module: torch.nn.Module, world_size: int) -> None:
@@ -118,7 +140,11 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     if benchmark is not None or deterministic:
         torch.backends.cudnn.benchmark = bool(benchmark)  # Lightning: deterministic turns benchmarking off
     project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
-    log_with, loggers = _loggers(False if config.barebones else config.logger, config.log_with, project_dir, unset)
+    logger = False if config.barebones else config.logger
+    if logger is None and config.log_with is unset and not isinstance(config.accelerator, (str, type(None))):
+        log_with, loggers = unset, []  # an Accelerator was given: the trackers set on it (its log_with) log
+    else:
+        log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
     kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy)
     processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
@@ -163,21 +189,32 @@ def _root_dir(default_root_dir: Any, project_dir: Any, unset: Any) -> Any:
     return root
 
 
+def default_logger(root: str) -> Logger:
+    """Lightning's default logger: ``TensorBoardLogger(root)`` when tensorboard is installed, else ``CSVLogger(root)``
+    (both write into ``{root}/lightning_logs/version_N``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        return TensorBoardLogger(root)
+    return CSVLogger(root)
+
+
 def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[Any, list[Logger]]:
-    """``(log_with for the engine, the Logger views)``."""
-    if logger is None:
+    """``(log_with for the engine, the Logger views)``.
+
+    Neither ``logger=`` nor ``log_with=`` (or ``logger=True``): Lightning's default logger, under the project
+    folder (``default_root_dir`` / ``project_dir``, default ``"runs"``).
+    """
+    if logger is None and log_with is not unset:
         return log_with, []
-    if log_with is not unset:
+    if logger is not None and log_with is not unset:
         raise ValueError(f"Trainer(logger=..., log_with={log_with!r}) both choose the trackers: pass only one "
                          "(logger= takes Lightning-style loggers, log_with= tracker names).")
     if logger is False:
         return None, []
-    root = os.getcwd() if project_dir is unset or project_dir is None else os.fspath(project_dir)
-    if logger is True:
-        import importlib.util
-
-        default: Logger = (TensorBoardLogger(root) if importlib.util.find_spec("tensorboard") is not None
-                           else CSVLogger(root))
+    root = DEFAULT_PROJECT_DIR if project_dir is unset or project_dir is None else os.fspath(project_dir)
+    if logger is None or logger is True:
+        default = default_logger(root)
         return [default.tracker], [default]
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
     views, trackers = [], []

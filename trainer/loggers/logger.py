@@ -234,11 +234,17 @@ class VersionedLogger(Logger):
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
         self._version = version
+        self._auto_version = version is None
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def auto_version(self) -> bool:
+        """Whether the version is picked automatically (the next free ``version_N``), not given."""
+        return self._auto_version
 
     @property
     def version(self) -> int | str:
