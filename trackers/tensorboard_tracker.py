@@ -81,6 +81,10 @@ class TensorBoardTracker(GeneralTracker):
         self._marker_step = kwargs["purge_step"]
         self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
 
+    # Metrics declared with the configuration in the hparams plugin (its columns); Lightning's TensorBoardLogger
+    # declares a placeholder ``hp_metric`` (see trainer.loggers.tensorboard).
+    hparams_metrics: dict[str, float] = {}  # noqa: RUF012 - read-only class default
+
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
@@ -95,7 +99,7 @@ class TensorBoardTracker(GeneralTracker):
             os.makedirs(folder, exist_ok=True)
             _write(os.path.join(folder, "hparams.yml"), _yaml(values))
             return
-        experiment, session_start, session_end = hparams(plugin_values, {})
+        experiment, session_start, session_end = hparams(plugin_values, dict(self.hparams_metrics))
         for summary in (experiment, session_start, session_end):
             writer.file_writer.add_summary(summary)
         writer.file_writer.flush()

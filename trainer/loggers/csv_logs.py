@@ -6,12 +6,25 @@ import os
 from typing import Any
 
 from trackers import CSVTracker
+from trainer.core.saving import save_hparams_to_yaml
 from trainer.loggers.logger import VersionedLogger, check_prefix
+
+
+class ExperimentWriter(CSVTracker):
+    """The ``CSVTracker`` of a ``CSVLogger``: ``metrics.csv``, and the run configuration in ``hparams.yaml`` (Lightning's
+    file, written with ``trainer.core.saving.save_hparams_to_yaml``) besides Ember's ``config.json``."""
+
+    NAME_METRICS_FILE = "metrics.csv"
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        super().store_init_configuration(values)
+        save_hparams_to_yaml(os.path.join(os.path.dirname(self.metrics_path), self.NAME_HPARAMS_FILE), values)
 
 
 class CSVLogger(VersionedLogger):
     """Metrics in ``{save_dir}/{name}/version_{N}/metrics.csv`` (Lightning's layout), hyperparameters in
-    ``config.json`` next to it.
+    ``hparams.yaml`` and ``config.json`` next to it.
 
     Args:
         save_dir: the folder experiments go under.
@@ -46,6 +59,6 @@ class CSVLogger(VersionedLogger):
         return super().experiment
 
     def _build_tracker(self) -> CSVTracker:
-        tracker = CSVTracker(self._name, self._save_dir)
+        tracker = ExperimentWriter(self._name, self._save_dir)
         tracker.run_dir = self.log_dir  # the folder Lightning would use; start() creates it
         return tracker

@@ -55,9 +55,7 @@ class TensorBoardLogger(VersionedLogger):
         if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
             return
         tracker = self._open()
-        tracker.store_init_configuration(convert_params(params))
-        if metrics is None and self._default_hp_metric:
-            metrics = {"hp_metric": -1}
+        tracker.store_init_configuration(convert_params(params))  # with hp_metric = -1 (default_hp_metric)
         if metrics:
             tracker.log(normalize_values(dict(metrics)), step=0)
 
@@ -75,4 +73,17 @@ class TensorBoardLogger(VersionedLogger):
 
     def _build_tracker(self) -> TensorBoardTracker:
         run_name = os.path.relpath(self.log_dir, self._save_dir)
-        return TensorBoardTracker(run_name, self._save_dir, layout="lightning", **self._writer_kwargs)
+        tracker_class = HpMetricTracker if self._default_hp_metric else TensorBoardTracker
+        return tracker_class(run_name, self._save_dir, layout="lightning", **self._writer_kwargs)
+
+
+class HpMetricTracker(TensorBoardTracker):
+    """The tracker of a ``TensorBoardLogger(default_hp_metric=True)``: the run configuration (what the Trainer
+    sends from ``save_hyperparameters``) comes with Lightning's ``hp_metric`` placeholder, declared in the hparams
+    plugin and logged as -1 at step 0, so the HParams tab has a metric column (log ``hp_metric`` to fill it)."""
+
+    hparams_metrics = {"hp_metric": -1.0}  # noqa: RUF012 - read-only class default
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        super().store_init_configuration(values)
+        self.log({"hp_metric": -1.0}, step=0)
