@@ -47,6 +47,28 @@ def is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
+class NoOptimizer(torch.optim.Optimizer):
+    """What a fit uses when ``configure_optimizers`` returned ``None`` (Lightning's "No Optimizer"): steps run
+    their forward, backward and hooks, ``step`` changes nothing, so the weights stay as they are.
+
+    Example:
+        >>> NoOptimizer()
+        No Optimizer
+    """
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})  # torch needs one parameter; this one is never read
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "No Optimizer"
+
+
 def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     """Optimizers and scheduler configs from what ``configure_optimizers`` returned.
 
@@ -65,6 +87,8 @@ def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[Sched
     """
     optimizers: list[torch.optim.Optimizer]
     configs: list[SchedulerConfig]
+    if conf is None:
+        return [], []  # the trainer runs without an optimizer (NoOptimizer), with a warning
     if _is_optimizer(conf):
         optimizers, configs = [conf], []
     elif isinstance(conf, Mapping):

@@ -26,7 +26,7 @@ from trainer.loop.data import check_not_empty, limit_batches, loader_length, res
 from trainer.loop.hooks import overrides
 from trainer.loop.precision import TruePrecision
 from trainer.module import StepRouter, TrainModule, step_function
-from trainer.optim import ManualOptimizer, SchedulerConfig, parse_optimizers
+from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
 from trainer.utilities.seed import attach_worker_init
@@ -137,6 +137,11 @@ class RunPlan:
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
         optimizers, configs = parse_optimizers(module.configure_optimizers())
+        if not optimizers:
+            warnings.warn(f"`LightningModule.configure_optimizers` returned `None`, this fit will run with no "
+                          f"optimizer: {type(module).__name__}'s steps run forward, backward and the hooks, and no "
+                          "weight changes. Return an optimizer to train.", UserWarning, stacklevel=5)
+            optimizers = [NoOptimizer()]
         if not manual and len(optimizers) != 1:
             raise ValueError(f"{type(module).__name__}.configure_optimizers returned {len(optimizers)} optimizers; "
                              "automatic optimisation uses exactly one. For several (e.g. a GAN) set "
