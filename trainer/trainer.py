@@ -514,6 +514,16 @@ class Trainer:
         """
         self.checkpointer.save(filepath, weights_only, storage_options, async_save)
 
+    def lr_find(self, module: TrainModule, **options: Any) -> Any:
+        """A learning-rate search (``Tuner.lr_find``) on the training data of the fit in progress, for
+        ``LearningRateFinder``; the module is attached to this trainer again afterwards."""
+        from trainer.tuner import Tuner  # the tuner builds trainers: imported when a search runs
+
+        try:
+            return Tuner(self).lr_find(module, self.plan.train_source, **options)
+        finally:
+            module.trainer = self
+
     def run_at_boundary(self, fn: Any) -> None:
         """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpoint.checkpointer``), or now outside it
         (``ModelCheckpoint`` uses it so a step's checkpoint is taken after that step's validation)."""

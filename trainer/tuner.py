@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from engine.random import capture_rng_state, restore_rng_state
+from trainer.compat.keywords import accepts_model
 from trainer.datamodule import DataModule
 from trainer.module import TrainModule
 from trainer.tools.compiling import unwrap_compiled
@@ -68,6 +69,7 @@ class Tuner:
         self.trainer = trainer
 
     # -- learning rate ---------------------------------------------------------------------------------------
+    @accepts_model
     def lr_find(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
                 datamodule: DataModule | None = None, min_lr: float = 1e-8, max_lr: float = 1.0,
                 num_training: int = 100, mode: str = "exponential", early_stop_threshold: float | None = 4.0,
@@ -118,6 +120,7 @@ class Tuner:
                              "update_attr=False and use finder.suggestion() yourself.")
 
     # -- batch size ------------------------------------------------------------------------------------------
+    @accepts_model
     def scale_batch_size(self, module: TrainModule, train_dataloaders: Any = None,
                          datamodule: DataModule | None = None, mode: str = "power", steps_per_trial: int = 3,
                          init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size",

@@ -46,6 +46,7 @@ class RunPlan:
         self.accelerator = accelerator
         self.prepared: list[str] = []
         self.train_loader: DataLoader | None = None
+        self.train_source: DataLoader | None = None
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
         self.num_val_batches: list[int | None] = []
@@ -89,6 +90,7 @@ class RunPlan:
             val = []
         if config.overfit_batches:
             train = [without_shuffle(train[0])]
+        self.train_source = train[0]  # as given (not prepared): what a learning-rate search inside fit trains on
         # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
         self.train_loader = self.accelerator.prepare(attach_worker_init(train[0], self.accelerator.process_index))
         self.prepared.append("train loader")
