@@ -340,17 +340,18 @@ class ModelCheckpoint(Callback):
         if trainer.global_step == self._last_global_step_saved:
             return  # these weights are saved already
         stale = kind == "step" and self._monitor_from_validation and not self._validated
-        self._save_point(trainer, self._score(trainer, stale), epoch, step)
+        self._save_point(trainer, self._score(trainer, stale, epoch, step), epoch, step)
 
     def _candidates(self, trainer: TrainerView, epoch: int, step: int) -> dict[str, Any]:
         """What names and the monitor can use: the logged metrics, ``epoch`` and ``step``."""
         return {**{name: number(v) for name, v in trainer.callback_metrics.items()}, "epoch": epoch, "step": step}
 
-    def _score(self, trainer: TrainerView, stale: bool) -> float | None:
-        """The monitored value, process 0's on every process (they must rank alike), or None if stale."""
+    def _score(self, trainer: TrainerView, stale: bool, epoch: int, step: int) -> float | None:
+        """The monitored value (``epoch`` / ``step``: where the save was asked for), process 0's on every process
+        (they must rank alike), or None if stale."""
         if self.monitor is None:
             return None
-        metrics = self._candidates(trainer, trainer.current_epoch, trainer.global_step)
+        metrics = self._candidates(trainer, epoch, step)
         value = metrics.get(self.monitor)
         shared = [None if value is None else float(value)]
         if trainer.world_size > 1:
@@ -440,7 +441,11 @@ class ModelCheckpoint(Callback):
         if not (ranked_path or last_path):
             return
         self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = ranked_path or last_path
+        # save_last="link": last.ckpt links to the newest top-k checkpoint written (this point's, or an earlier one
+        # still kept, as Lightning does); a complete copy only while there is none.
+        link_to = ranked_path or (self._last_checkpoint_saved if self._last_checkpoint_saved in self._kept()
+                                  and self._last_checkpoint_saved != last_path else "")
+        self._last_checkpoint_saved = ranked_path or (link_to if self.save_last == "link" else "") or last_path
         removable = sorted((kept_before - self._kept()) | set(self._pending_removal))
         self._pending_removal = [p for p in removable if p not in (ranked_path, last_path)]
         asynchronous = self.async_save and not sync
@@ -448,9 +453,11 @@ class ModelCheckpoint(Callback):
             for path in (ranked_path, last_path):
                 if not path:
                     continue
-                if path == last_path and self.save_last == "link" and ranked_path:
-                    link_checkpoint(trainer, ranked_path, last_path)
+                if path == last_path and self.save_last == "link" and link_to:
+                    link_checkpoint(trainer, link_to, last_path)
                     continue
+                if os.path.islink(path) and trainer.is_global_zero:
+                    os.unlink(path)  # a link of an earlier run (save_last="link"): the copy takes its place
                 trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
                 self._report(trainer, path, score, epoch, step, asynchronous)
         except BaseException:

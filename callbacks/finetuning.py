@@ -23,8 +23,8 @@ Modules = Module | Iterable[Any]
 
 
 def multiplicative(epoch: int) -> float:
-    """``BackboneFinetuning``'s default learning-rate factor per epoch (1.5)."""
-    return 1.5
+    """``BackboneFinetuning``'s default learning-rate factor per epoch (2: the backbone's rate doubles)."""
+    return 2.0
 
 
 class BaseFinetuning(Callback):

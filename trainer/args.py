@@ -12,7 +12,7 @@ DEFAULT_MAX_EPOCHS = 1000
 _PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16": "fp16", "fp16": "fp16",
               "bf16-mixed": "bf16", "bf16": "bf16"}
 # Lightning's true precisions: the parameters and floating inputs are in this dtype (no autocast).
-_TRUE_PRECISION = {"64": "float64", "64-true": "float64", "double": "float64", "16-true": "float16",
+_TRUE_PRECISION = {"64": "float64", "64-true": "float64", "16-true": "float16",
                    "bf16-true": "bfloat16"}
 
 

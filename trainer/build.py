@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callbacks import Callback, ModelSummary, ProgressBar
+from callbacks import Callback, ModelSummary, ProgressBar, TQDMProgressBar
 from engine import Accelerator
 from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
 from trainer.config import UNSET, TrainerConfig
@@ -66,5 +66,5 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
     if default_checkpoint is not None:
         result.append(default_checkpoint)
     if progress_bar and not has_bar:
-        result.append(ProgressBar())  # last, so it shows what the other callbacks logged
+        result.append(TQDMProgressBar())  # last, so it shows what the other callbacks logged
     return result

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from callbacks import ModelCheckpoint
+from callbacks.warnings import PossibleUserWarning
 from engine import set_seed
 from engine.optimizer import clear_grads
 from trainer import args as checks
@@ -196,7 +197,7 @@ class Trainer:
         if self.trackers.started and batches is not None and 0 < batches < every and self.accelerator.is_main_process:
             warnings.warn(f"The number of training batches ({batches}) is smaller than the logging interval "
                           f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want "
-                          "to see logs for the training epoch.", UserWarning, stacklevel=4)
+                          "to see logs for the training epoch.", PossibleUserWarning, stacklevel=4)
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""

@@ -75,7 +75,7 @@ def test_module_without_configure_optimizers_fails_before_any_hook() -> None:
     ({"limit_train_batches": 1.5}, r"limit_train_batches=...\) must be an int >= 0.*Received: 1.5"),
     ({"limit_val_batches": -1}, r"limit_val_batches=...\).*Received: -1"),
     ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches=...\) must be an int >= 1.*Received: 0"),
-    ({"precision": "16-true"}, r"precision='16-true'\) is not supported.*'16-mixed'"),
+    ({"precision": "8-true"}, r"precision='8-true'\) is not supported. Use one of .*'16-true'"),
     ({"mixed_precision": "fp16", "precision": "bf16-mixed"}, "disagree: pass only one"),
     ({"gradient_clip_algorithm": "l2"}, r"must be one of \('norm', 'value'\). Received: 'l2'"),
     ({"max_time": "12:00"}, r"max_time='12:00'\) must be 'DD:HH:MM:SS'"),

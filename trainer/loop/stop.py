@@ -36,6 +36,7 @@ class StopController:
         self.requested = False  # a stop asked for on this process, not yet agreed
         self._interrupt: str | None = None  # "preempted" / "max_time" once every process agreed on it
         self._local_interrupts: set[str] = set()
+        self._pending_min = False  # a stop agreed before min_epochs / min_steps: it waits for them
         self._clock = 0.0
 
     # -- the flag callbacks set -------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ class StopController:
     # -- a fit starts or resumes ------------------------------------------------------------------------------
     def start(self) -> None:
         """A fit (or a resumed one) starts: nothing is pending and the clock continues from ``time_elapsed``."""
-        self.state.should_stop = self.requested = False
+        self.state.should_stop = self.requested = self._pending_min = False
         self._interrupt, self._local_interrupts = None, set()
         self._clock = time.monotonic() - self.state.time_elapsed
 
@@ -87,10 +88,17 @@ class StopController:
         return None
 
     def stop_now(self, config: TrainerConfig) -> bool:
-        """Whether to stop at this step boundary; every process reaches the same answer at the same step."""
+        """Whether to stop at this step boundary; every process reaches the same answer at the same step.
+
+        A stop agreed before ``min_epochs`` / ``min_steps`` stays pending and happens at the first boundary where
+        both are met (an epoch end for ``min_epochs``), as in Lightning.
+        """
         state = self.state
         if state.should_stop or (config.max_steps is not None and state.global_step >= config.max_steps):
             return True  # decided already: no second stop (nor a second interrupt save) for the same run
+        if self._pending_min and self._minimum_met(config):
+            state.should_stop = True
+            return True
         # The clock is only read per step when max_time needs it (a clock read can be a syscall in a VM).
         if config.max_time is not None and not self.requested and self.update_time() >= config.max_time:
             self._local_interrupts.add("max_time")
@@ -102,15 +110,20 @@ class StopController:
         if (self.requested or self.world > 1) and self.accelerator.check_trigger():
             self.requested = False
             self._interrupt = self._agree_interrupt()
-            if self._interrupt == "preempted" or (state.epoch >= (config.min_epochs or 0)
-                                                  and state.global_step >= (config.min_steps or 0)):
+            if self._interrupt == "preempted" or self._minimum_met(config):
                 state.should_stop = True
             else:
                 self._interrupt = None
-                warnings.warn(f"A stop was requested at epoch {state.epoch}, step {state.global_step}, before "
-                              f"min_epochs={config.min_epochs} / min_steps={config.min_steps}: training goes on.",
-                              UserWarning, stacklevel=3)
+                if not self._pending_min:
+                    warnings.warn(f"A stop was requested at epoch {state.epoch}, step {state.global_step}, before "
+                                  f"min_epochs={config.min_epochs} / min_steps={config.min_steps}: training goes on "
+                                  "and stops once both are reached.", UserWarning, stacklevel=3)
+                self._pending_min = True
         return state.should_stop
+
+    def _minimum_met(self, config: TrainerConfig) -> bool:
+        """Whether ``min_epochs`` epochs are complete and ``min_steps`` steps taken."""
+        return self.state.epoch >= (config.min_epochs or 0) and self.state.global_step >= (config.min_steps or 0)
 
     def take_interrupt(self) -> str | None:
         """The agreed interrupt (``"preempted"`` / ``"max_time"``) of the stop just decided, once."""

@@ -32,7 +32,7 @@ _PATH = re.compile(r"""(?:PosixPath\(|\b)['"](/[^'"]+)['"]""")
 def _folder_checkpoints(text: str) -> list[str]:
     """Paths the failure treated as files (``isfile(...)``, ``torch.load`` raising ``IsADirectoryError``) that are
     folders on disk right now: the test read a checkpoint that Ember writes as a folder."""
-    lines = [line for line in text.splitlines() if "isfile(" in line or "IsADirectoryError" in line
+    lines = [line for line in text.splitlines() if "isfile" in line or "IsADirectoryError" in line
              or "getsize(" in line]
     return sorted({p for line in lines for p in _PATH.findall(line) if os.path.isdir(p)})
 

@@ -68,6 +68,16 @@ def _teardown_process_group() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _reset_engine_state() -> Iterator[None]:
+    """A test starts with no engine state (the process-wide AcceleratorState of an earlier test's Trainer)."""
+    from engine.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _reset_deterministic_algorithms() -> Iterator[None]:
     yield
     torch.use_deterministic_algorithms(False)
