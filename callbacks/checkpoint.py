@@ -102,8 +102,8 @@ class ModelCheckpoint(Callback):
                  save_on_train_epoch_end: bool | None = None, enable_version_counter: bool = True,
                  async_save: bool = False) -> None:
         if mode not in ("min", "max"):
-            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max' but got "
-                                            f"{mode}.")
+            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be min, max but got {mode}. "
+                                            "Pass mode='min' (lower is better) or mode='max'.")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
             raise MisconfigurationException(f"Invalid value for save_top_k={save_top_k!r}. Must be >= -1 (-1 keeps "
                                             "all, 0 none).")

@@ -1,6 +1,6 @@
 """Run the corpus (tests/lightning_corpus) under the real lightning 2.6.6 and write expected.py.
 
-    /work/refvenv/bin/python tests/parity_scripts/record_corpus.py
+    /work/refvenv/bin/python tests/parity_scripts/record_corpus.py [module ...]
 
 Each corpus file is read, its Ember imports are turned back into Lightning's (SWAPS, the README's import table
 read right to left) and nothing else is changed; the result runs in this interpreter (or, for the devices=2
@@ -20,10 +20,14 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "lightning_corpus")
-MODULES = ("demo", "gan", "classification", "loggers", "plateau", "hook_order")
+MODULES = ("demo", "gan", "classification", "loggers", "plateau", "hook_order", "bf16_transformer",
+           "batchnorm_metrics", "conformance")
 # Ember import -> Lightning import (line prefixes).
 SWAPS = (
     ("import trainer as pl", "import lightning.pytorch as pl"),
+    ("from callbacks.early_stopping import ", "from lightning.pytorch.callbacks.early_stopping import "),
+    ("from trainer.states import ", "from lightning.pytorch.trainer.states import "),
+    ("from trainer.utilities.exceptions import ", "from lightning.pytorch.utilities.exceptions import "),
     ("from trainer.loggers import ", "from lightning.pytorch.loggers import "),
     ("from trainer.utilities.types import ", "from lightning.pytorch.utilities.types import "),
     ("from trainer.utilities import ", "from lightning.pytorch.utilities import "),
@@ -72,8 +76,16 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
     import lightning
 
-    results = {name: run_module(name) for name in MODULES}
-    results["ddp"] = run_ddp()
+    # Names on the command line: record only those and keep the other recorded values (e.g. the 2-process run).
+    chosen = [name for name in sys.argv[1:] if name in (*MODULES, "ddp")]
+    if chosen:
+        from tests.lightning_corpus.expected import EXPECTED
+
+        results = dict(EXPECTED)
+        results.update({name: run_ddp() if name == "ddp" else run_module(name) for name in chosen})
+    else:
+        results = {name: run_module(name) for name in MODULES}
+        results["ddp"] = run_ddp()
     with open(os.path.join(CORPUS, "expected.py"), "w") as f:
         f.write(f'"""Observed from lightning {lightning.__version__} (torch {__import__("torch").__version__}) by '
                 'tests/parity_scripts/record_corpus.py; do not edit."""\n\n')

@@ -117,7 +117,7 @@ def test_a_monitor_that_is_never_logged_names_the_logged_metrics(tmp_path: Any) 
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"mode": "maximum"}, r"mode='maximum'\): `mode` can be 'min' or 'max' but got maximum"),
+    ({"mode": "maximum"}, r"mode='maximum'\): `mode` can be min, max but got maximum"),
     ({"save_top_k": -2}, r"Invalid value for save_top_k=-2. Must be >= -1"),
     ({"save_top_k": 3}, r"ModelCheckpoint\(save_top_k=3, monitor=None\) is not a valid configuration. No quantity"),
     ({"every_n_train_steps": 5, "every_n_epochs": 1}, (r"Combination of parameters every_n_train_steps=5, "
