@@ -1,5 +1,7 @@
 """Observed from lightning 2.6.6 (torch 2.13.0+cpu) by tests/parity_scripts/record_corpus.py; do not edit."""
 
+# ruff: noqa: ISC004 - pprint splits long strings
+
 EXPECTED = {'batchnorm_metrics': {'best': 0.1875,
                        'buffers': {'net.model.1.num_batches_tracked': 32.0,
                                    'net.model.1.running_mean': -0.3919611545279622,
