@@ -26,7 +26,13 @@ from trainer.checkpoint.entry import Attached, TrainerEntry
 from trainer.checkpoint.resume import Resume, load_weights, restore
 from trainer.compat.attributes import with_lightning_attributes
 from trainer.compat.devices import precision_name
-from trainer.compat.keywords import accepts_model, convert_module, logger_views, resolve_lightning
+from trainer.compat.keywords import (
+    accepts_model,
+    convert_module,
+    logger_views,
+    resolve_lightning,
+    say_what_limits_mean,
+)
 from trainer.config import UNSET, TrainerConfig, check_keywords, keyword_signature
 from trainer.datamodule import DataModule
 from trainer.evaluation.loop import EvaluationLoop, print_results
@@ -114,6 +120,7 @@ class Trainer:
         check_keywords("Trainer", keywords)
         self.config = config = TrainerConfig(**keywords)
         lightning = resolve_lightning(config, UNSET)  # the Lightning-only keywords, consumed here
+        say_what_limits_mean(keywords)
         self.accelerator = acc = build_accelerator(config, lightning)
         if config.seed is not None:
             set_seed(config.seed, deterministic=config.deterministic)

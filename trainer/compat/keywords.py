@@ -36,6 +36,7 @@ from trainer.compat.launching import check_accelerator, launch_and_exit, parse_d
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.strategies import resolve_strategy
+from trainer.utilities.rank_zero import rank_zero_info
 
 DEFAULT_PROJECT_DIR = "runs"  # the project folder when neither project_dir nor default_root_dir is given
 
@@ -159,6 +160,22 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
                             accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, strategy=strategy,
                             processes=processes, cpu=cpu)
+
+
+def say_what_limits_mean(keywords: dict[str, Any]) -> None:
+    """Lightning's info lines for a limit given as 1 / 1.0 (one batch, or all of them: easy to mix up), e.g.
+    "`Trainer(limit_val_batches=1)` was configured so 1 batch will be used." Said only for keywords given."""
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                 "overfit_batches", "val_check_interval"):
+        value = keywords.get(name)
+        if value is None or isinstance(value, bool) or value not in (1, 1.0):
+            continue
+        if name == "val_check_interval":
+            meaning = ("validation will run after every batch" if isinstance(value, int)
+                       else "validation will run at the end of the training epoch")
+        else:
+            meaning = "1 batch will be used" if isinstance(value, int) else "100% of the batches will be used"
+        rank_zero_info(f"`Trainer({name}={value})` was configured so {meaning}.")
 
 
 def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) -> None:

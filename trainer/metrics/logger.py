@@ -204,8 +204,9 @@ class MetricLogger:
             if not enable_graph:
                 value = value.detach()
         elif not isinstance(value, (int, float)):
-            raise TypeError(f"self.log({name!r}, value) takes a number or a one-element tensor; got "
-                            f"{type(value).__name__} ({value!r:.80}). Log several values with self.log_dict.")
+            raise LogValueError(f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot "
+                                f"be logged: self.log({name!r}, value) takes a number or a one-element tensor. Log "
+                                "several values with self.log_dict.")
         if on_step:
             if record.sync_step and self.num_processes > 1:
                 value = self._sync_step_value(record, value)
@@ -442,8 +443,14 @@ def to_python(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class LogValueError(TypeError, ValueError):
+    """``self.log`` got a value it cannot log (Lightning raises a ``ValueError``, Ember a ``TypeError``: both)."""
+
+
 def _parse_reduce(key: str, reduce_fx: ReduceFx) -> tuple[str, Callable[[torch.Tensor], torch.Tensor] | None]:
     if isinstance(reduce_fx, str):
+        reduce_fx = reduce_fx.lower()  # Lightning's names in any case, "avg" for "mean"
+        reduce_fx = "mean" if reduce_fx == "avg" else reduce_fx
         if reduce_fx not in _REDUCE_NAMES:
             raise ValueError(f"self.log({key!r}, reduce_fx={reduce_fx!r}): use one of {_REDUCE_NAMES} or a callable "
                              "that reduces a 1-D tensor of the epoch's values to a scalar.")

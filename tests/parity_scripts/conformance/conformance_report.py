@@ -26,7 +26,7 @@ def _text(report: Any) -> str:
     return head + full[-4000:]
 
 
-_PATH = re.compile(r"""(?:PosixPath\(|\b)['"](/[^'"]+)['"]""")
+_PATH = re.compile(r"""['"](/[^'"]+)['"]""")  # a quoted absolute path
 
 
 def _folder_checkpoints(text: str) -> list[str]:
