@@ -125,14 +125,37 @@ def parse_max_time(value: Any) -> float | None:
     return seconds
 
 
-def check_val_check_interval(value: Any) -> int | float:
-    """An int number of training batches (>= 1) or a float fraction of the epoch in (0, 1]."""
+def check_val_check_interval(value: Any) -> Any:
+    """An int number of training batches (>= 1), a float fraction of the epoch in (0, 1], or a training time
+    (``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of its keywords: see ``val_check_seconds``), kept as given."""
     if is_int(value) and value >= 1:
         return int(value)
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
-    raise ValueError(f"Trainer(val_check_interval=...) must be an int >= 1 (training batches) or a float in "
-                     f"(0.0, 1.0] (a fraction of the epoch). Received: {value!r}.")
+    if val_check_seconds(value) is not None:
+        return value
+    raise ValueError(f"Trainer(val_check_interval=...) must be an int >= 1 (training batches), a float in "
+                     f"(0.0, 1.0] (a fraction of the epoch) or a time ('DD:HH:MM:SS', a timedelta or a dict such as "
+                     f"{{'minutes': 30}}). Received: {value!r}.")
+
+
+def val_check_seconds(value: Any) -> float | None:
+    """Seconds of training between validations when ``val_check_interval`` is a time, else None.
+
+    Example:
+        >>> val_check_seconds("00:00:05:00"), val_check_seconds({"seconds": 2}), val_check_seconds(0.5)
+        (300.0, 2.0, None)
+    """
+    if not isinstance(value, (str, dict, timedelta)):
+        return None
+    try:
+        seconds = parse_max_time(value)
+    except ValueError:
+        seconds = None
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"Trainer(val_check_interval={value!r}) must be a positive time: 'DD:HH:MM:SS', a timedelta "
+                         "or a dict of timedelta keywords.")
+    return seconds
 
 
 def check_fast_dev_run(value: Any) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callbacks import Callback
+from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from engine.keywords import keyword_error
 from trainer import args as checks
@@ -138,9 +139,12 @@ class TrainerConfig:
             raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: {clip!r}.")
         interval = checks.check_val_check_interval(self.val_check_interval)
         every_n_epoch = checks.check_count("check_val_every_n_epoch", self.check_val_every_n_epoch, 1)
-        if every_n_epoch is None and not checks.is_int(interval):
-            raise ValueError(f"Trainer(check_val_every_n_epoch=None) counts val_check_interval in training batches "
-                             f"across epochs, so it must be an int. Received: val_check_interval={interval!r}.")
+        if every_n_epoch is None and not checks.is_int(interval) and checks.val_check_seconds(interval) is None:
+            raise MisconfigurationException(
+                f"Trainer(check_val_every_n_epoch=None, val_check_interval={interval!r}): `val_check_interval` should be "
+                "an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, or dict kwargs for "
+                "timedelta) when `check_val_every_n_epoch=None`: it then counts training batches (or time) across "
+                "epochs.")
         code = self.preemption_exit_code
         if not checks.is_int(code) or not 0 <= code <= 255:
             raise ValueError(f"Trainer(preemption_exit_code=...) must be an int in [0, 255]. Received: {code!r}.")

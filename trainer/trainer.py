@@ -226,6 +226,7 @@ class Trainer:
         metrics.set_epoch_hook(True)
         state.stage = "train"
         hooks.call("on_train_start")
+        plan.start_val_clock()
         # The per-batch hooks are called only when something overrides them (their tuples are usually empty).
         batch_start_hooks = hooks.overriders["on_train_batch_start"]
         batch_end_hooks = hooks.overriders["on_train_batch_end"]
@@ -256,9 +257,11 @@ class Trainer:
                         self.trackers.log(metrics.step_values())
                     if plan.val_every is not None and plan.val_due(config, state.epoch, batch_idx, state.micro_step):
                         self.evaluation.run("validate", hooks)
+                    elif plan.val_seconds is not None and plan.time_due(config, state.epoch):
+                        self.evaluation.run("validate", hooks)  # val_check_interval as a time
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         break
-                if plan.val_every is None and plan.val_in_epoch(config, state.epoch):
+                if plan.val_every is None and plan.val_seconds is None and plan.val_in_epoch(config, state.epoch):
                     self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)
                 metrics.set_epoch_hook(True)
                 self.loss_check.check()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from callbacks import ProgressBar
+from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from tests.trainer.helpers import QUIET, Recorder, Regressor, data, fit
 from trainer import Trainer, TrainModule
@@ -49,9 +50,10 @@ def test_val_check_interval_larger_than_the_epoch() -> None:
     with pytest.raises(ValueError, match=r"val_check_interval=7\) is larger than the 6 training batches.*"
                                          r"check_val_every_n_epoch=None"):
         fit(Regressor(), data(n=24), data(n=8), max_epochs=1, val_check_interval=7)
-    with pytest.raises(ValueError, match=r"must be an int >= 1 .* or a float in \(0.0, 1.0\].*Received: 1.5"):
+    with pytest.raises(ValueError, match=r"must be an int >= 1 .*, a float in \(0.0, 1.0\].*Received: 1.5"):
         Trainer(**QUIET, val_check_interval=1.5)
-    with pytest.raises(ValueError, match="it must be an int. Received: val_check_interval=0.5"):
+    with pytest.raises(MisconfigurationException, match=r"val_check_interval=0.5\): `val_check_interval` should be an "
+                                                        r"integer or a time-based duration"):
         Trainer(**QUIET, check_val_every_n_epoch=None, val_check_interval=0.5)
 
 

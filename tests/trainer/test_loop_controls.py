@@ -211,3 +211,19 @@ def test_precision_strings_reach_the_engine_and_steps_run_under_autocast(precisi
     trainer = fit(module, data(n=8), max_epochs=1, precision=precision, gradient_clip_val=1.0)
     assert trainer.accelerator.mixed_precision == engine_value and trainer.global_step == 2
     assert module.seen == [dtype, dtype]
+
+
+@pytest.mark.parametrize("interval", ["00:00:00:02", {"seconds": 2}, __import__("datetime").timedelta(seconds=2)])
+def test_val_check_interval_as_a_time(monkeypatch: pytest.MonkeyPatch, interval: Any) -> None:
+    # Lightning 2.6's time-based validation: every 2 s of training. A fake clock gains 1 s per reading; it is read
+    # when training starts and after every batch, so validation runs after every second batch, and not again at
+    # the epoch's end.
+    import trainer.loop.plan as plan
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(plan.time, "monotonic", lambda: float(next(ticks)))
+    recorder = Recorder()
+    trainer = fit(Regressor(), data(n=24), data(n=4), max_epochs=1, val_check_interval=interval, callbacks=[recorder])
+    assert trainer.global_step == 6 and _count(recorder, "on_validation_start") == 3
+    with pytest.raises(ValueError, match="must be a positive time"):
+        Trainer(**QUIET, val_check_interval="00:00:00:00")

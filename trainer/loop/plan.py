@@ -8,6 +8,7 @@ optimisation mode (automatic or manual, which module methods are overridden). ``
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from engine import Accelerator
+from engine import Accelerator, broadcast_object_list
 from engine.optimizer import zeroes_plainly
 from trainer import args as checks
 from trainer.config import TrainerConfig
@@ -52,6 +53,8 @@ class RunPlan:
         self.num_val_batches: list[int | None] = []
         self.num_sanity_val_batches: list[int | None] = []
         self.val_every: int | None = None  # validate every N batches; None: once per validating epoch
+        self.val_seconds: float | None = None  # val_check_interval as a time: validate after this much training
+        self._val_clock = 0.0
         self.test_loaders: list[DataLoader] = []
         self.num_test_batches: list[int | None] = []
         self.predict_loaders: list[DataLoader] = []
@@ -159,13 +162,15 @@ class RunPlan:
         self.num_sanity_val_batches = [n if sanity == -1 else (sanity if n is None else min(sanity, n))
                                        for n in self.num_val_batches]
         self.val_every = None
-        if not self.val_loaders:
+        self.val_seconds = checks.val_check_seconds(config.val_check_interval)
+        if not self.val_loaders or self.val_seconds is not None:
             return
         n_train, interval = self.num_training_batches, config.val_check_interval
         if checks.is_int(interval):
             if config.check_val_every_n_epoch is not None and n_train is not None and interval > n_train:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is larger than the {n_train} training "
-                                 "batches of an epoch, so validation would never run: lower it, or set "
+                                 "batches of an epoch, so validation would never run: `val_check_interval` must be "
+                                 "less than or equal to the number of the training batches. Lower it, or set "
                                  "check_val_every_n_epoch=None to validate every val_check_interval batches across "
                                  "epochs.")
             self.val_every = int(interval)
@@ -239,6 +244,22 @@ class RunPlan:
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:
         every = config.check_val_every_n_epoch
         return bool(self.val_loaders) and (every is None or (epoch + 1) % every == 0)
+
+    def start_val_clock(self) -> None:
+        """Training starts (or a validation ended): the time towards a time-based validation counts from now."""
+        self._val_clock = time.monotonic()
+
+    def time_due(self, config: TrainerConfig, epoch: int) -> bool:
+        """Whether ``val_check_interval``'s time has passed since the last validation (in a validating epoch);
+        process 0's clock decides for every process (they must validate together)."""
+        if self.val_seconds is None or not self.val_in_epoch(config, epoch):
+            return False
+        due = [time.monotonic() - self._val_clock >= self.val_seconds]
+        if self.accelerator.num_processes > 1:
+            due = broadcast_object_list(due)
+        if due[0]:
+            self.start_val_clock()
+        return bool(due[0])
 
     def val_due(self, config: TrainerConfig, epoch: int, batch_idx: int, micro_step: int) -> bool:
         """Whether validation runs after training batch ``batch_idx`` (``micro_step`` counts across epochs)."""
