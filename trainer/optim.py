@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from callbacks.exceptions import MisconfigurationException
 from engine.optimizer import OptimizerView
 
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
@@ -40,6 +42,16 @@ class SchedulerConfig:
     strict: bool = True
     name: str | None = None
     reduce_on_plateau: bool = False
+
+
+class OptimizerConfigError(MisconfigurationException, TypeError):
+    """``configure_optimizers`` returned something that is not one of its forms (Lightning raises a
+    ``MisconfigurationException``; a ``TypeError`` too, as the value's type is the problem)."""
+
+
+def _scheduler_like(obj: Any) -> bool:
+    """A custom scheduler Lightning accepts (stepped through ``lr_scheduler_step``): it steps and saves its state."""
+    return all(callable(getattr(obj, name, None)) for name in ("step", "state_dict", "load_state_dict"))
 
 
 def is_scheduler(obj: Any) -> bool:
@@ -106,28 +118,31 @@ def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[Sched
             optimizers += opts
             configs += scheds
     else:
-        raise TypeError(f"configure_optimizers returned {_describe(conf)}, which is not a supported form. "
-                        f"Return {_FORMS}.")
+        raise OptimizerConfigError(f"Unknown configuration for model optimizers: configure_optimizers returned "
+                                   f"{_describe(conf)}, which is not a supported form. Return {_FORMS}.")
     for optimizer in optimizers:
         if not _is_optimizer(optimizer):
-            raise TypeError(f"configure_optimizers returned {_describe(optimizer)} where an optimizer was expected: "
-                            "return torch.optim.Optimizer instances.")
+            raise OptimizerConfigError(f"Unknown configuration for model optimizers: configure_optimizers returned "
+                                       f"{_describe(optimizer)} where an optimizer was expected: return "
+                                       "torch.optim.Optimizer instances.")
     for config in configs:
         owner = getattr(config.scheduler, "optimizer", None)
         if owner is not None and not any(owner is opt for opt in optimizers):
-            raise ValueError(f"The scheduler {type(config.scheduler).__name__} steps an optimizer that "
-                             "configure_optimizers did not return: build it on one of the returned optimizers.")
+            raise MisconfigurationException(
+                f"Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`: "
+                f"{type(config.scheduler).__name__} steps another one. Build it on one of the returned optimizers.")
     return optimizers, configs
 
 
 def _from_dict(conf: Mapping[str, Any]) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
     unknown = set(conf) - _OPTIMIZER_KEYS
-    if unknown:
-        raise ValueError(f"configure_optimizers returned a dict with unknown keys {sorted(unknown)}. Allowed keys: "
-                         f"{sorted(_OPTIMIZER_KEYS)}.")
+    if unknown:  # Lightning warns and ignores them
+        warnings.warn(f"Found unsupported keys in the optimizer configuration: {set(unknown)}. They are ignored; "
+                      f"the keys used are {sorted(_OPTIMIZER_KEYS)}.", RuntimeWarning, stacklevel=4)
     if "optimizer" not in conf:
-        raise ValueError(f"configure_optimizers returned a dict without 'optimizer' (keys: {sorted(conf)}): add "
-                         "{'optimizer': torch.optim.<Optimizer>(...)}.")
+        raise OptimizerConfigError(f"Unknown configuration for model optimizers: configure_optimizers returned a "
+                                   f"dict without 'optimizer' (keys: {sorted(conf)}): add "
+                                   "{'optimizer': torch.optim.<Optimizer>(...)}.")
     scheduler = conf.get("lr_scheduler")
     configs = [] if scheduler is None else [_scheduler_config(scheduler, conf.get("monitor"))]
     return [conf["optimizer"]], configs
@@ -136,29 +151,37 @@ def _from_dict(conf: Mapping[str, Any]) -> tuple[list[torch.optim.Optimizer], li
 def _scheduler_config(item: Any, monitor: str | None) -> SchedulerConfig:
     if isinstance(item, Mapping):
         unknown = set(item) - _SCHEDULER_KEYS
-        if unknown:
-            raise ValueError(f"The lr_scheduler dict has unknown keys {sorted(unknown)}. Allowed keys: "
-                             f"{sorted(_SCHEDULER_KEYS)}.")
+        if unknown:  # Lightning warns and ignores them
+            warnings.warn(f"Found unsupported keys in the lr scheduler dict: {set(unknown)}. They are ignored; the "
+                          f"keys used are {sorted(_SCHEDULER_KEYS)}.", RuntimeWarning, stacklevel=5)
         if "scheduler" not in item:
-            raise ValueError(f"The lr_scheduler dict has no 'scheduler' key (keys: {sorted(item)}): add "
-                             "{'scheduler': torch.optim.lr_scheduler.<Scheduler>(...)}.")
-        fields = dict(item)
+            raise MisconfigurationException(f'The lr scheduler dict must have the key "scheduler" with its item '
+                                            f"being an lr scheduler (keys: {sorted(item)}): add "
+                                            "{'scheduler': torch.optim.lr_scheduler.<Scheduler>(...)}.")
+        fields = {k: v for k, v in item.items() if k in _SCHEDULER_KEYS}
         fields.setdefault("monitor", monitor)
     else:
         fields = {"scheduler": item, "monitor": monitor}
     scheduler = fields["scheduler"]
-    if not is_scheduler(scheduler):
-        raise TypeError(f"Expected a learning-rate scheduler, got {_describe(scheduler)}: pass a "
-                        "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau.")
+    if not is_scheduler(scheduler) and not _scheduler_like(scheduler):
+        raise TypeError(f"The provided lr scheduler `{type(scheduler).__name__}` is invalid: pass a "
+                        "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau, or an object with step(), "
+                        "state_dict() and load_state_dict() (stepped by LightningModule.lr_scheduler_step).")
     fields.setdefault("reduce_on_plateau", isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
     config = SchedulerConfig(**fields)
     if config.interval not in ("step", "epoch"):
-        raise ValueError(f"lr_scheduler 'interval' must be 'step' or 'epoch'. Received: {config.interval!r}.")
+        raise MisconfigurationException(f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is '
+                                        f'"{config.interval}".')
+    if config.interval == "epoch" and isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR):
+        warnings.warn("A `OneCycleLR` scheduler is using 'interval': 'epoch'. Are you sure you didn't mean "
+                      "'interval': 'step'?", RuntimeWarning, stacklevel=5)
     if not isinstance(config.frequency, int) or isinstance(config.frequency, bool) or config.frequency < 1:
         raise ValueError(f"lr_scheduler 'frequency' must be a positive int. Received: {config.frequency!r}.")
     if config.reduce_on_plateau and config.monitor is None:
-        raise ValueError(f"{type(scheduler).__name__} needs a metric to watch, but no 'monitor' was given: return "
-                         "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val/loss'}}.")
+        raise MisconfigurationException(
+            f"`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used "
+            f"({type(scheduler).__name__} needs a metric to watch): return {{'optimizer': opt, 'lr_scheduler': "
+            "{'scheduler': sched, 'monitor': 'val/loss'}}.")
     return config
 
 

@@ -240,9 +240,11 @@ class Trainer:
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps, self._world
                 loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
+                cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
                     size = metrics.new_batch(batch)
                     if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
+                        cut = True
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
                     outputs, loss = run_batch(batch, batch_idx)
@@ -260,13 +262,15 @@ class Trainer:
                     elif plan.val_seconds is not None and plan.time_due(config, state.epoch):
                         self.evaluation.run("validate", hooks)  # val_check_interval as a time
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
+                        cut = plan.num_training_batches is None or state.batch_in_epoch < plan.num_training_batches
                         break
                 if plan.val_every is None and plan.val_seconds is None and plan.val_in_epoch(config, state.epoch):
                     self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)
                 metrics.set_epoch_hook(True)
                 self.loss_check.check()
                 self.evaluation.epoch_end("on_train_epoch_end", hooks)
-                self.schedulers.at_epoch_end(state.epoch)
+                if not cut:  # as Lightning: epoch-interval schedulers step only after a whole epoch
+                    self.schedulers.at_epoch_end(state.epoch)
                 state.epoch += 1
                 state.batch_in_epoch = 0
                 stop.update_time()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from callbacks.exceptions import MisconfigurationException
 from tests.trainer.helpers import Regressor, data, fit
 from trainer import Trainer
 from trainer.optim import parse_optimizers
@@ -88,7 +89,7 @@ def test_single_optimizer_forms_train(form: str) -> None:
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"optimizer": None, "lr_scheduler": None, "oops": 1}, "unknown keys \\['oops'\\]"),
+    ({"optimizer": None, "lr_scheduler": None}, "where an optimizer was expected"),
     ({"lr_scheduler": None}, "without 'optimizer'"),
     ("adam", "not a supported form"),
     ((1, 2), "not a supported form"),
@@ -100,17 +101,22 @@ def test_bad_forms_name_what_was_received(bad: Any, message: str) -> None:
 
 def test_bad_scheduler_configs() -> None:
     opt = _opt(torch.nn.Linear(2, 1))
-    with pytest.raises(ValueError, match="'interval' must be 'step' or 'epoch'. Received: 'batch'"):
+    # Lightning's texts (MisconfigurationException, a ValueError), then what to do.
+    with pytest.raises(MisconfigurationException, match='"interval" key in lr scheduler dict must be "step" or "epoch" '
+                                                        'but is "batch"'):
         parse_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": _halving(opt), "interval": "batch"}})
     with pytest.raises(ValueError, match="'frequency' must be a positive int. Received: 0"):
         parse_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": _halving(opt), "frequency": 0}})
-    with pytest.raises(ValueError, match="unknown keys \\['intervall'\\]"):
+    # Unknown keys are warned about and ignored, as in Lightning.
+    with pytest.warns(RuntimeWarning, match="Found unsupported keys in the lr scheduler dict: \\{'intervall'\\}"):
         parse_optimizers({"optimizer": opt, "lr_scheduler": {"scheduler": _halving(opt), "intervall": "step"}})
+    with pytest.warns(RuntimeWarning, match="Found unsupported keys in the optimizer configuration: \\{'oops'\\}"):
+        parse_optimizers({"optimizer": opt, "oops": 1})
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
-    with pytest.raises(ValueError, match="needs a metric to watch"):
+    with pytest.raises(MisconfigurationException, match="must include a monitor when a `ReduceLROnPlateau`"):
         parse_optimizers({"optimizer": opt, "lr_scheduler": plateau})
     other = _opt(torch.nn.Linear(2, 1))
-    with pytest.raises(ValueError, match="did not return"):
+    with pytest.raises(MisconfigurationException, match="attached with an optimizer that wasn't returned"):
         parse_optimizers({"optimizer": opt, "lr_scheduler": _halving(other)})
 
 
@@ -166,8 +172,9 @@ def test_plateau_monitor_never_logged_lists_the_logged_names() -> None:
     class Typo(PlateauModule):
         monitor = "val/flatt"
 
-    with pytest.raises(KeyError, match=r"monitors 'val/flatt', which was never logged. Logged metrics: "
-                                       r"\['train/loss', 'val/flat'\]"):
+    with pytest.raises(MisconfigurationException, match=r"ReduceLROnPlateau conditioned on metric val/flatt which is "
+                                                        r"not available. Available metrics are: \['train/loss', "
+                                                        r"'val/flat'\]"):
         fit(Typo(), data(n=8), data(n=8), max_epochs=1)
 
 
@@ -178,7 +185,7 @@ def test_plateau_not_strict_warns_and_skips() -> None:
             conf["lr_scheduler"].update(monitor="missing", strict=False)
             return conf
 
-    with pytest.warns(UserWarning, match="skipping this scheduler step"):
+    with pytest.warns(RuntimeWarning, match="not available but strict is set to `False`. Skipping learning rate update"):
         trainer = fit(Loose(), data(n=8), data(n=8), max_epochs=2)
     assert _lr(trainer) == 1.0
 
@@ -197,3 +204,16 @@ def test_custom_optimizer_step_and_clipping_hooks_are_used() -> None:
 
     fit(Custom(), data(n=4, batch_size=4), max_epochs=1, gradient_clip_val=0.5, gradient_clip_algorithm="value")
     assert calls[0] == "clip:0.5:value" and calls[1].startswith("step:")
+
+
+def test_epoch_schedulers_step_only_after_a_whole_epoch() -> None:
+    # Lightning steps an epoch-interval scheduler only when the epoch ran all its batches: max_steps ending the
+    # epoch early leaves the rate alone (Lightning's own test_lr_scheduler_strict relies on it).
+    def halving(m: torch.nn.Module) -> Any:
+        opt = _opt(m, lr=1.0)
+        return [opt], [_halving(opt)]
+
+    cut = fit(_module_returning(halving), data(n=16, batch_size=4), max_steps=3)
+    assert cut.global_step == 3 and _lr(cut) == 1.0
+    whole = fit(_module_returning(halving), data(n=16, batch_size=4), max_steps=4)
+    assert whole.global_step == 4 and _lr(whole) == 0.5

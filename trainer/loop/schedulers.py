@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from callbacks.exceptions import MisconfigurationException
 from trainer.metrics.logger import MetricLogger
 from trainer.optim import SchedulerConfig
 
@@ -60,11 +61,16 @@ class SchedulerStepper:
                 metric = metrics.get(config.monitor)
                 if metric is None:
                     logged = sorted(metrics)
-                    message = (f"The scheduler {type(config.scheduler).__name__} monitors {config.monitor!r}, which "
-                               f"was never logged. Logged metrics: {logged}. Log it with self.log({config.monitor!r}"
-                               ", ...) or change 'monitor'")
+                    message = (f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available"
+                               if config.reduce_on_plateau else
+                               f"The scheduler {type(config.scheduler).__name__} monitors {config.monitor!r}, which "
+                               "is not available")
                     if config.strict:
-                        raise KeyError(message + " (or set 'strict': False to skip the step).")
-                    warnings.warn(message + "; skipping this scheduler step.", UserWarning, stacklevel=3)
+                        raise MisconfigurationException(
+                            f"{message}. Available metrics are: {logged}. Condition can be set using `monitor` key in "
+                            f"lr scheduler dict: log it with self.log({config.monitor!r}, ...), change 'monitor', or "
+                            "set 'strict': False to skip the step.")
+                    warnings.warn(f"{message} but strict is set to `False`. Skipping learning rate update.",
+                                  RuntimeWarning, stacklevel=3)
                     continue
             self._step_fn(config.scheduler, metric)
