@@ -106,7 +106,7 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
 
     def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
-        self._fitting = stage == "fit"
+        self._fitting = stage == "fit" and not trainer.fast_dev_run  # as Lightning: no checks in fast_dev_run
         if self.check_on_train_epoch_end is not None:
             self._check_at_epoch_end = self.check_on_train_epoch_end
         else:

@@ -206,7 +206,7 @@ class TrainerConfig:
             conflicts["detect_anomaly"] = True
         if conflicts:
             name, value = next(iter(conflicts.items()))
-            raise ValueError(f"Trainer(barebones=True, {name}={value!r}) was passed: barebones turns {name} off. "
+            raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed: barebones turns {name} off. "
                              f"Remove {name}=, or barebones=True.")
         return off
 

@@ -52,6 +52,7 @@ from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
 from trainer.states import TrainerFn, TrainerStatus
 from trainer.tools.compiling import take_compiled
+from trainer.utilities.rank_zero import rank_zero_info
 
 
 @with_lightning_attributes
@@ -121,6 +122,9 @@ class Trainer:
         self.config = config = TrainerConfig(**keywords)
         lightning = resolve_lightning(config, UNSET)  # the Lightning-only keywords, consumed here
         say_what_limits_mean(keywords)
+        if config.barebones:
+            rank_zero_info("You are running in `Trainer(barebones=True)` mode: no logging, checkpointing, progress "
+                           "bar, model summary or sanity check, to measure the training loop's own overhead.")
         self.accelerator = acc = build_accelerator(config, lightning)
         if config.seed is not None:
             set_seed(config.seed, deterministic=config.deterministic)
@@ -335,7 +339,11 @@ class Trainer:
             hook()
 
     def log_value(self, name: str, value: Any, options: LogOptions) -> None:
-        """One ``self.log`` call of the module (``trainer.host.ModuleHost``)."""
+        """One ``self.log`` call of the module (``trainer.host.ModuleHost``); nothing under ``barebones``."""
+        if self.config.barebones:
+            warnings.warn(f"You are trying to `self.log({name!r}, ...)` but `Trainer(barebones=True)` is configured: "
+                          "nothing is logged.", UserWarning, stacklevel=3)
+            return
         self.metric_logger.log(name, value, options)
 
     def module_optimizers(self) -> list[torch.optim.Optimizer]:

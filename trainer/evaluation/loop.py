@@ -58,26 +58,8 @@ class EvaluationLoop:
             saved = metrics.snapshot()
             hooks.call("on_sanity_check_start")
         model.eval()
-        step, batch_start, batch_end = f"{x}_step", f"on_{x}_batch_start", f"on_{x}_batch_end"
-        hooks.call(f"on_{x}_start")
-        hooks.call(f"on_{x}_epoch_start")
-        with self.grad_off():
-            for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
-                metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
-                for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", batches(loader, count)):
-                    batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
-                    metrics.new_batch(batch, padding)
-                    # As in Lightning, dataloader_idx is only passed when there are several loaders.
-                    step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
-                    hooks.call(batch_start, *step_args)
-                    with profile(hooks.profiler, step):
-                        outputs = model(step, *step_args)
-                    hooks.call(batch_end, outputs, *step_args)
-                    if stage != "sanity_check":
-                        self.trackers.log(metrics.step_values())
-        metrics.dataloader_suffix = ""
-        results = to_python(self.epoch_end(f"on_{x}_epoch_end", hooks, log=stage != "sanity_check"))
-        hooks.call(f"on_{x}_end")
+        with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+            results = self._passes(x, stage, hooks, model, loaders, counts)
         if stage == "sanity_check":
             hooks.call("on_sanity_check_end")
             metrics.restore(saved)
@@ -90,6 +72,31 @@ class EvaluationLoop:
         return [{k: v for k, v in results.items() if "/dataloader_idx_" not in k or k.endswith(f"/dataloader_idx_{i}")}
                 for i in range(len(loaders))]
 
+    def _passes(self, x: str, stage: str, hooks: HookTable, model: Any, loaders: list[Any],
+                counts: list[int | None]) -> dict[str, Any]:
+        """``on_{x}_start`` to ``on_{x}_end``: every loader's batches and the epoch metrics."""
+        metrics = self.metrics
+        step, batch_start, batch_end = f"{x}_step", f"on_{x}_batch_start", f"on_{x}_batch_end"
+        hooks.call(f"on_{x}_start")
+        hooks.call(f"on_{x}_epoch_start")
+        for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
+            metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
+            for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", batches(loader, count)):
+                batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
+                metrics.new_batch(batch, padding)
+                # As in Lightning, dataloader_idx is only passed when there are several loaders.
+                step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
+                hooks.call(batch_start, *step_args)
+                with profile(hooks.profiler, step):
+                    outputs = model(step, *step_args)
+                hooks.call(batch_end, outputs, *step_args)
+                if stage != "sanity_check":
+                    self.trackers.log(metrics.step_values())
+        metrics.dataloader_suffix = ""
+        results = to_python(self.epoch_end(f"on_{x}_epoch_end", hooks, log=stage != "sanity_check"))
+        hooks.call(f"on_{x}_end")
+        return results
+
     def predict(self, hooks: HookTable, return_predictions: bool | None) -> list[list[Any]]:
         """``predict_step`` over the plan's predict loaders; per loader, every process's predictions in order."""
         plan, model = self.plan, self.plan.model
@@ -98,19 +105,23 @@ class EvaluationLoop:
         self.state.stage = "predict"
         self.metrics.set_stage("predict")
         model.eval()
+        with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+            return self._predict_passes(hooks, model, loaders, counts, return_predictions)
+
+    def _predict_passes(self, hooks: HookTable, model: Any, loaders: list[Any], counts: list[int | None],
+                        return_predictions: bool | None) -> list[list[Any]]:
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
-        with self.grad_off():
-            for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
-                for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", batches(loader, count)):
-                    step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
-                    hooks.call("on_predict_batch_start", *step_args)
-                    with profile(hooks.profiler, "predict_step"):
-                        prediction = model("predict_step", *step_args)
-                    hooks.call("on_predict_batch_end", prediction, *step_args)
-                    if return_predictions is not False:
-                        results[dl_idx] += gather_step(self.accelerator, prediction)
+        for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
+            for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", batches(loader, count)):
+                step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
+                hooks.call("on_predict_batch_start", *step_args)
+                with profile(hooks.profiler, "predict_step"):
+                    prediction = model("predict_step", *step_args)
+                hooks.call("on_predict_batch_end", prediction, *step_args)
+                if return_predictions is not False:
+                    results[dl_idx] += gather_step(self.accelerator, prediction)
         self.epoch_end("on_predict_epoch_end", hooks, log=False)
         hooks.call("on_predict_end")
         return results

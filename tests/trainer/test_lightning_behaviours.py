@@ -1,0 +1,62 @@
+"""Smaller Lightning behaviours (issue 27), each as Lightning 2.6 shows it: where hooks run, what is said, what a
+fast_dev_run or barebones trainer skips."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+
+from callbacks import EarlyStopping
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import Trainer
+
+
+class Grads(Regressor):
+    """Records whether gradients / inference mode are on in the evaluation start hooks."""
+
+    def _record(self) -> None:
+        self.seen = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+
+    on_validation_start = on_test_start = on_predict_start = _record
+
+
+@pytest.mark.parametrize("entry", ["validate", "test", "predict"])
+@pytest.mark.parametrize("inference_mode", [True, False])
+def test_evaluation_start_hooks_run_without_gradients(entry: str, inference_mode: bool) -> None:
+    module = Grads()
+    getattr(Trainer(**QUIET, inference_mode=inference_mode), entry)(module, data(n=8))
+    assert module.seen == (False, inference_mode)
+
+
+def test_early_stopping_does_not_check_under_fast_dev_run() -> None:
+    # A monitor nobody logs would raise (strict); Lightning's fast_dev_run skips early-stopping checks.
+    trainer = Trainer(**QUIET, fast_dev_run=2, callbacks=[EarlyStopping(monitor="never_logged")])
+    trainer.fit(Regressor(), data(n=8), data(n=8))
+    assert trainer.global_step == 2
+
+
+def test_barebones_says_so_and_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        trainer = Trainer(barebones=True, max_epochs=1)
+    assert "running in `Trainer(barebones=True)` mode" in caplog.text
+    with pytest.warns(UserWarning, match=r"`self.log\('train/loss', ...\)` but `Trainer\(barebones=True\)` is "):
+        trainer.fit(Regressor(), data(n=8))
+    assert trainer.callback_metrics == {}
+
+
+@pytest.mark.parametrize("name, value, meaning", [
+    ("limit_train_batches", 1, "1 batch will be used"), ("limit_val_batches", 1.0, "100% of the batches"),
+    ("overfit_batches", 1, "1 batch will be used"), ("val_check_interval", 1, "validation will run after every batch"),
+    ("val_check_interval", 1.0, "validation will run at the end of the training epoch"),
+])
+def test_a_limit_of_one_is_spelled_out(caplog: pytest.LogCaptureFixture, name: str, value: Any, meaning: str) -> None:
+    with caplog.at_level(logging.INFO):
+        Trainer(**QUIET, **{name: value})
+    assert f"`Trainer({name}={value})` was configured so {meaning}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        Trainer(**QUIET)  # the defaults say nothing
+    assert "was configured" not in caplog.text
