@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import csv
 import json
 from pathlib import Path
@@ -46,7 +47,10 @@ def test_csv_logger_versions_paths_and_files(tmp_path: Path) -> None:
     assert first.root_dir == str(tmp_path / "exp") and first.log_dir == str(tmp_path / "exp" / "version_0")
     first.log_hyperparams(argparse.Namespace(lr=0.1, depth=2))
     first.log_metrics({"loss": torch.tensor(0.5), "nested": {"acc": 1}}, step=3)
-    assert first.experiment.name == str(tmp_path / "exp" / "version_0" / "metrics.csv")  # the open file
+    # experiment: Lightning's ExperimentWriter (metrics_file_path, the rows since the last save).
+    assert first.experiment.metrics_file_path == str(tmp_path / "exp" / "version_0" / "metrics.csv")
+    assert first.experiment.metrics == [{"loss": 0.5, "nested/acc": 1, "step": 3}]
+    assert sorted(os.listdir(first.log_dir)) == ["config.json", "hparams.yaml", "metrics.csv"]
     first.finalize("success")
     assert _rows(first.log_dir + "/metrics.csv") == [["step", "loss", "nested/acc"], ["3", "0.5", "1"]]
     assert json.loads(Path(first.log_dir, "config.json").read_text()) == {"lr": 0.1, "depth": 2}

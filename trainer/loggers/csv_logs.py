@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from trackers import CSVTracker
+from trackers import CSVTracker, normalize_values
 from trainer.core.saving import save_hparams_to_yaml
-from trainer.loggers.logger import VersionedLogger, check_prefix
+from trainer.loggers.logger import DummyExperiment, VersionedLogger, check_prefix
+from trainer.utilities.rank_zero import rank_zero_only
 
 
 class ExperimentWriter(CSVTracker):
@@ -17,9 +19,32 @@ class ExperimentWriter(CSVTracker):
     NAME_METRICS_FILE = "metrics.csv"
     NAME_HPARAMS_FILE = "hparams.yaml"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics: list[dict[str, Any]] = []  # rows logged since the last save() (already on disk: written through)
+
+    @property
+    def metrics_file_path(self) -> str:
+        return self.metrics_path
+
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         super().store_init_configuration(values)
         save_hparams_to_yaml(os.path.join(os.path.dirname(self.metrics_path), self.NAME_HPARAMS_FILE), values)
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        super().log(values, step, **kwargs)
+        self.metrics.append({**values, "step": step})
+
+    # Lightning's ExperimentWriter API (CSVLogger.experiment).
+    def log_metrics(self, metrics_dict: dict[str, Any], step: int | None = None) -> None:
+        self.log(normalize_values(dict(metrics_dict)), step=step)
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        self.store_init_configuration(dict(params))
+
+    def save(self) -> None:
+        """Every row is on disk already (written through); the rows since the last save are forgotten."""
+        self.metrics = []
 
 
 class CSVLogger(VersionedLogger):
@@ -49,14 +74,28 @@ class CSVLogger(VersionedLogger):
             raise ValueError(f"CSVLogger(flush_logs_every_n_steps=...) must be an int >= 1. Received: "
                              f"{flush_logs_every_n_steps!r}.")
         super().__init__(save_dir, name, version)
+        self._flush_every = flush_logs_every_n_steps
 
     def _restored_dir(self) -> str | None:
         return getattr(self._tracker, "run_dir", None)
 
     @property
     def experiment(self) -> Any:
-        """The open ``metrics.csv`` file object of the ``CSVTracker`` (rank 0)."""
-        return super().experiment
+        """The ``ExperimentWriter`` (rank 0): Lightning's ``log_metrics`` / ``log_hparams`` / ``save`` /
+        ``metrics_file_path``; a do-nothing object on other ranks."""
+        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+            return DummyExperiment()
+        return self._open()
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log ``metrics`` at ``step``; ``save()`` every ``flush_logs_every_n_steps`` steps, as Lightning does."""
+        super().log_metrics(metrics, step)
+        if step is not None and (step + 1) % self._flush_every == 0:
+            self.save()
+
+    def save(self) -> None:
+        if self._tracker is not None and self._tracker.tracker is not None:
+            self._tracker.save()  # type: ignore[attr-defined]
 
     def _build_tracker(self) -> CSVTracker:
         tracker = ExperimentWriter(self._name, self._save_dir)

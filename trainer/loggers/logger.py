@@ -124,7 +124,8 @@ class Logger:
         tracker, flat = self._open(), normalize_values(dict(metrics))
         tracker.log(group_values(metrics, flat) if tracker.accepts_grouped_values else flat, step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None, *args: Any,
+                        **kwargs: Any) -> None:
         """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""
         if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
             return
@@ -171,7 +172,7 @@ class DummyLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         pass
 
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
         pass
 
     def finalize(self, status: str) -> None:
