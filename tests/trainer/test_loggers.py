@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import csv
 import json
+import os
 from pathlib import Path
 from typing import Any
 

@@ -218,7 +218,7 @@ def test_val_check_interval_as_a_time(monkeypatch: pytest.MonkeyPatch, interval:
     # Lightning 2.6's time-based validation: every 2 s of training. A fake clock gains 1 s per reading; it is read
     # when training starts and after every batch, so validation runs after every second batch, and not again at
     # the epoch's end.
-    import trainer.loop.plan as plan
+    from trainer.loop import plan
 
     ticks = iter(range(10_000))
     monkeypatch.setattr(plan.time, "monotonic", lambda: float(next(ticks)))
