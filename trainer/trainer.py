@@ -29,11 +29,12 @@ from trainer.compat.devices import precision_name
 from trainer.compat.keywords import (
     accepts_model,
     convert_module,
+    defaults_from_environment,
     logger_views,
     resolve_lightning,
     say_what_limits_mean,
 )
-from trainer.config import UNSET, TrainerConfig, check_keywords, keyword_signature
+from trainer.config import KEYWORDS, UNSET, TrainerConfig, check_keywords, keyword_signature
 from trainer.datamodule import DataModule
 from trainer.evaluation.loop import EvaluationLoop, print_results
 from trainer.loop.hooks import HookTable
@@ -119,6 +120,7 @@ class Trainer:
 
     def __init__(self, **keywords: Any) -> None:  # the keywords: TrainerConfig's fields (see __signature__)
         check_keywords("Trainer", keywords)
+        keywords = defaults_from_environment(keywords, KEYWORDS)  # Lightning's PL_TRAINER_<NAME> defaults
         self.config = config = TrainerConfig(**keywords)
         lightning = resolve_lightning(config, UNSET)  # the Lightning-only keywords, consumed here
         say_what_limits_mean(keywords)

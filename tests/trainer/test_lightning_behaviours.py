@@ -60,3 +60,12 @@ def test_a_limit_of_one_is_spelled_out(caplog: pytest.LogCaptureFixture, name: s
     with caplog.at_level(logging.INFO):
         Trainer(**QUIET)  # the defaults say nothing
     assert "was configured" not in caplog.text
+
+
+def test_trainer_defaults_from_pl_trainer_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's PL_TRAINER_<NAME> variables set the defaults of keywords not given.
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
+    trainer = Trainer(enable_progress_bar=False)
+    assert trainer.logger is None and trainer.max_steps == 7
+    assert Trainer(logger=True, max_steps=42, enable_progress_bar=False).max_steps == 42  # given: the keyword wins

@@ -162,6 +162,31 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
                             processes=processes, cpu=cpu)
 
 
+def defaults_from_environment(keywords: dict[str, Any], names: tuple[str, ...],
+                              environ: Any = None) -> dict[str, Any]:
+    """``keywords`` plus Lightning's ``PL_TRAINER_<NAME>`` environment variables for the keywords not given
+    (``PL_TRAINER_MAX_STEPS=7``, ``PL_TRAINER_LOGGER=False``); values are Python literals, else strings.
+
+    Example:
+        >>> defaults_from_environment({"max_epochs": 2}, ("max_epochs", "max_steps", "logger"),
+        ...                           {"PL_TRAINER_MAX_STEPS": "7", "PL_TRAINER_MAX_EPOCHS": "9"})
+        {'max_epochs': 2, 'max_steps': 7}
+    """
+    import ast
+
+    environ = os.environ if environ is None else environ
+    merged = dict(keywords)
+    for name in names:
+        raw = environ.get(f"PL_TRAINER_{name.upper()}")
+        if raw is None or name in keywords:
+            continue
+        try:
+            merged[name] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            merged[name] = raw
+    return merged
+
+
 def say_what_limits_mean(keywords: dict[str, Any]) -> None:
     """Lightning's info lines for a limit given as 1 / 1.0 (one batch, or all of them: easy to mix up), e.g.
     "`Trainer(limit_val_batches=1)` was configured so 1 batch will be used." Said only for keywords given."""
