@@ -111,6 +111,9 @@ def main(run: dict[str, Any], out_path: str) -> None:
     if trainer.global_rank == 0:
         with open(out_path, "w") as f:
             json.dump(record, f, indent=1)
+    # Leave together: a process that exits while the other still gathers makes the other one fail.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ RUNS: dict[str, dict[str, Any]] = {
 RESUME = ("deepspeed_stage_1_32", "deepspeed_stage_2_32", "deepspeed_stage_2_bf16", "deepspeed_stage_2_offload_32",
           "deepspeed_stage_3_32", "deepspeed_stage_3_bf16", "deepspeed_stage_3_offload_32")
 KEEP = ("strategy_type", "config_before_fit", "config", "precision", "world_size", "global_step", "losses",
-        "param_dtypes", "weights", "sha256", "checkpoints", "seconds")
+        "param_dtypes", "weights", "sha256", "checkpoints", "seconds", "retried_after")
 
 
 def lightning_source() -> str:
@@ -96,13 +96,21 @@ def run_lightning(run: dict[str, Any], workdir: str, patched: bool = True) -> di
         json.dump(run, f)
     out = os.path.join(workdir, "out.json")
     args = [script, os.path.join(workdir, "run.json"), out]
-    rc, log, seconds = tools.torchrun(patch if patched else script, args if patched else args[1:])
+    first_error = None
+    for attempt in range(2 if patched else 1):  # once more after a failure, as record_deepspeed_tools does
+        rc, log, seconds = tools.torchrun(patch if patched else script, args if patched else args[1:])
+        with open(os.path.join(workdir, f"log_{attempt}.txt"), "w") as f:
+            f.write(log)
+        if rc == 0:
+            break
+        first_error = first_error or tools.error_lines(log)
     if rc != 0:
-        lines = [line for line in log.splitlines() if "Error" in line or "rank0]" in line or "Exception" in line]
-        return {"failed": rc, "error": _last_error(log), "log_tail": lines[-6:], "seconds": round(seconds, 1)}
+        return {"failed": rc, "error": _last_error(log), "log_tail": tools.error_lines(log), "seconds": round(seconds, 1)}
     with open(out) as f:
         record = json.load(f)
     record["seconds"] = round(seconds, 1)
+    if first_error:
+        record["retried_after"] = first_error
     return record
 
 
@@ -127,6 +135,8 @@ def record_run(name: str, run: dict[str, Any], workdir: str) -> dict[str, Any]:
             out["resume"] = {"from": first, "losses_equal": resumed["losses"] == full["losses"][half:],
                              "sha256_equal": resumed["sha256"] == full["sha256"],
                              "global_step": resumed["global_step"], "seconds": resumed["seconds"]}
+            if "retried_after" in resumed:
+                out["resume"]["retried_after"] = resumed["retried_after"]
             if not (out["resume"]["losses_equal"] and out["resume"]["sha256_equal"]):
                 out["resume"].update(losses=resumed["losses"], sha256=resumed["sha256"])
     print(name, "failed: " + full.get("error", "") if "failed" in full else "ok", out.get("resume"), flush=True)
@@ -209,7 +219,8 @@ def main(workdir: str) -> None:
                 'tests/parity_scripts/record_deepspeed_lightning.py running tests/lightning_corpus/deepspeed_script.py;'
                 ' do not edit."""\n\n')
         f.write("inf = float(\"inf\")\n\n")
-        f.write(f"EXPECTED = {pprint.pformat(results, width=118, sort_dicts=False)}\n")
+        # Temporary paths of this recording read as <workdir>.
+        f.write(f"EXPECTED = {pprint.pformat(results, width=118, sort_dicts=False)}\n".replace(workdir, "<workdir>"))
     print("wrote", OUT_MODULE, "in", results["record_seconds"], "s")
 
 
