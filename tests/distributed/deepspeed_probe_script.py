@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deepspeed_script import MLP, make_data  # noqa: E402 - the shared model and data
+from deepspeed_script import MLP, make_data  # the shared model and data
 
 API = os.environ.get("DS_SCRIPT_API", "accelerate")
 _api, _utils = importlib.import_module(API), importlib.import_module(f"{API}.utils")
@@ -54,7 +54,9 @@ class _Logs(logging.Handler):
 
 
 def fresh() -> None:
-    """Forget the previous case: Accelerate's shared states and the environment variables an Accelerator sets."""
+    """Forget the previous case: Accelerate's shared states, the environment variables an Accelerator sets, and
+    the random state (each case's model starts from the same weights)."""
+    torch.manual_seed(0)
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     for key in set(os.environ) - set(ENV0):
@@ -215,6 +217,16 @@ def c_gas_config_vs_accelerator() -> dict[str, Any]:
     return _prepare(cfg(gradient_accumulation_steps=4), gradient_accumulation_steps=2)
 
 
+def c_gas_config_missing() -> dict[str, Any]:
+    config = cfg()
+    del config["gradient_accumulation_steps"]
+    return _prepare(config, gradient_accumulation_steps=2)
+
+
+def c_clipping_kwarg_with_config() -> dict[str, Any]:
+    return _prepare({}, plugin=DeepSpeedPlugin(hf_ds_config=cfg(), gradient_clipping=0.3))
+
+
 def c_gas_config_auto() -> dict[str, Any]:
     return _prepare(cfg(), gradient_accumulation_steps=3)
 
@@ -344,7 +356,7 @@ def c_dummy_scheduler_callable() -> dict[str, Any]:
     model = MLP()
     opt = DummyOptim(model.parameters(), lr=0.02, weight_decay=0.1)
     sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 0.5))
-    _, p_opt, p_sched, data = acc.prepare(model, opt, sched, loader())
+    p_sched = acc.prepare(model, opt, sched, loader())[2]
     return {"deepspeed_config": acc.deepspeed_config, "scheduler": type(p_sched).__name__,
             "inner_scheduler": type(p_sched.scheduler).__name__, "lr": p_sched.get_last_lr()}
 

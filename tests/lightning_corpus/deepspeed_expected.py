@@ -1,7 +1,7 @@
-"""Observed from lightning 2.6.6 + deepspeed 0.19.8 (torch 2.13.0+cpu, DS_ACCELERATOR=cpu, 2 processes, gloo, the CUDA-only check skipped) by
+"""Observed from lightning 2.6.6 + deepspeed 0.19.8 (torch 2.13.0+cpu, DS_ACCELERATOR=cpu, 2 processes, gloo, the CUDA-only checks skipped) by
 tests/parity_scripts/record_deepspeed_lightning.py running tests/lightning_corpus/deepspeed_script.py; do not edit."""
 
-inf = float("inf")
+inf = float("inf")  # DeepSpeed configs hold steps_per_print=inf
 
 EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '2.13.0+cpu'},
  'strategies': {'defaults': {'accelerator': 'None',
@@ -63,8 +63,7 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                              'init_params': {'stage': 3,
                                                                              'offload_optimizer': True,
                                                                              'offload_parameters': True}},
-                               'deepspeed_stage_3_offload_nvme': {'description': 'DeepSpeed ZeRO Stage 3 and NVMe '
-                                                                                 'Offload',
+                               'deepspeed_stage_3_offload_nvme': {'description': 'DeepSpeed ZeRO Stage 3 and NVMe Offload',
                                                                   'init_params': {'stage': 3,
                                                                                   'offload_optimizer': True,
                                                                                   'offload_parameters': True,
@@ -1321,67 +1320,21 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                       'force_ds_cpu_optimizer': None},
                                               'seconds': 25.3,
                                               'failed': 1,
-                                              'error': 'deepspeed.runtime.zero.utils.ZeRORuntimeException: You are '
-                                                       'using ZeRO-Offload with a client provided optimizer (<class '
-                                                       "'torch.optim.adamw.AdamW'>) which in most cases will yield "
-                                                       'poor performance. Please either use '
-                                                       'deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer in '
-                                                       'your ds-config '
-                                                       '(https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). '
-                                                       'If you really want to use a custom optimizer w. ZeRO-Offload '
-                                                       'and understand the performance impacts you can also set '
-                                                       '<"zero_force_ds_cpu_optimizer": false> in your configuration '
-                                                       'file.',
-                                              'log_tail': ['[rank1]: '
-                                                           'deepspeed.runtime.zero.utils.ZeRORuntimeException: You '
-                                                           'are using ZeRO-Offload with a client provided optimizer '
-                                                           "(<class 'torch.optim.adamw.AdamW'>) which in most cases "
-                                                           'will yield poor performance. Please either use '
-                                                           'deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer '
-                                                           'in your ds-config '
-                                                           '(https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). '
-                                                           'If you really want to use a custom optimizer w. '
-                                                           'ZeRO-Offload and understand the performance impacts you '
-                                                           'can also set <"zero_force_ds_cpu_optimizer": false> in '
-                                                           'your configuration file.',
-                                                           '[rank0]: '
-                                                           'deepspeed.runtime.zero.utils.ZeRORuntimeException: You '
-                                                           'are using ZeRO-Offload with a client provided optimizer '
-                                                           "(<class 'torch.optim.adamw.AdamW'>) which in most cases "
-                                                           'will yield poor performance. Please either use '
-                                                           'deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer '
-                                                           'in your ds-config '
-                                                           '(https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). '
-                                                           'If you really want to use a custom optimizer w. '
-                                                           'ZeRO-Offload and understand the performance impacts you '
-                                                           'can also set <"zero_force_ds_cpu_optimizer": false> in '
-                                                           'your configuration file.']}},
+                                              'error': 'deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer (<class \'torch.optim.adamw.AdamW\'>) which in most cases will yield poor performance. Please either use deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer in your ds-config (https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). If you really want to use a custom optimizer w. ZeRO-Offload and understand the performance impacts you can also set <"zero_force_ds_cpu_optimizer": false> in your configuration file.',
+                                              'log_tail': ['[rank1]: deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer (<class \'torch.optim.adamw.AdamW\'>) which in most cases will yield poor performance. Please either use deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer in your ds-config (https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). If you really want to use a custom optimizer w. ZeRO-Offload and understand the performance impacts you can also set <"zero_force_ds_cpu_optimizer": false> in your configuration file.',
+                                                           '[rank0]: deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer (<class \'torch.optim.adamw.AdamW\'>) which in most cases will yield poor performance. Please either use deepspeed.ops.adam.DeepSpeedCPUAdam or set an optimizer in your ds-config (https://www.deepspeed.ai/docs/config-json/#optimizer-parameters). If you really want to use a custom optimizer w. ZeRO-Offload and understand the performance impacts you can also set <"zero_force_ds_cpu_optimizer": false> in your configuration file.']}},
  'checkpoint_loading': {'deepspeed_stage_2_32': {'files': {'checkpoint/mp_rank_00_model_states.pt': {'static_scan': [],
                                                                                                      'allow_list': [],
-                                                                                                     'structure': {'module': {'fc1.weight': 'Tensor[float32, '
-                                                                                                                                            '[48, '
-                                                                                                                                            '20]]',
-                                                                                                                              'fc1.bias': 'Tensor[float32, '
-                                                                                                                                          '[48]]',
-                                                                                                                              'fc2.weight': 'Tensor[float32, '
-                                                                                                                                            '[4, '
-                                                                                                                                            '48]]',
-                                                                                                                              'fc2.bias': 'Tensor[float32, '
-                                                                                                                                          '[4]]'},
+                                                                                                     'structure': {'module': {'fc1.weight': 'Tensor[float32, [48, 20]]',
+                                                                                                                              'fc1.bias': 'Tensor[float32, [48]]',
+                                                                                                                              'fc2.weight': 'Tensor[float32, [4, 48]]',
+                                                                                                                              'fc2.bias': 'Tensor[float32, [4]]'},
                                                                                                                    'buffer_names': [],
                                                                                                                    'optimizer': None,
-                                                                                                                   'param_shapes': [{'fc1.weight': 'Size[2 '
-                                                                                                                                                   'x '
-                                                                                                                                                   'int]',
-                                                                                                                                     'fc1.bias': 'Size[1 '
-                                                                                                                                                 'x '
-                                                                                                                                                 'int]',
-                                                                                                                                     'fc2.weight': 'Size[2 '
-                                                                                                                                                   'x '
-                                                                                                                                                   'int]',
-                                                                                                                                     'fc2.bias': 'Size[1 '
-                                                                                                                                                 'x '
-                                                                                                                                                 'int]'}],
+                                                                                                                   'param_shapes': [{'fc1.weight': 'Size[2 x int]',
+                                                                                                                                     'fc1.bias': 'Size[1 x int]',
+                                                                                                                                     'fc2.weight': 'Size[2 x int]',
+                                                                                                                                     'fc2.bias': 'Size[1 x int]'}],
                                                                                                                    'frozen_param_shapes': {},
                                                                                                                    'shared_params': {},
                                                                                                                    'frozen_param_fragments': {},
@@ -1421,64 +1374,39 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                    'epoch': 1,
                                                                                                                    'global_step': 8,
                                                                                                                    'pytorch-lightning_version': '2.6.6',
-                                                                                                                   'loops': {'fit_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                        'keys]',
-                                                                                                                                          'epoch_loop.state_dict': 'dict[1 '
-                                                                                                                                                                   'keys]',
-                                                                                                                                          'epoch_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                       'keys]',
-                                                                                                                                          'epoch_loop.scheduler_progress': 'dict[2 '
-                                                                                                                                                                           'keys]',
-                                                                                                                                          'epoch_loop.automatic_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                          'keys]',
-                                                                                                                                          'epoch_loop.automatic_optimization.optim_progress': 'dict[1 '
-                                                                                                                                                                                              'keys]',
-                                                                                                                                          'epoch_loop.manual_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                       'keys]',
-                                                                                                                                          'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 '
-                                                                                                                                                                                                'keys]',
-                                                                                                                                          'epoch_loop.val_loop.state_dict': 'dict[0 '
-                                                                                                                                                                            'keys]',
-                                                                                                                                          'epoch_loop.val_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                                'keys]',
-                                                                                                                                          'epoch_progress': 'dict[2 '
-                                                                                                                                                            'keys]'},
-                                                                                                                             'validate_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                             'keys]',
-                                                                                                                                               'batch_progress': 'dict[3 '
-                                                                                                                                                                 'keys]'},
-                                                                                                                             'test_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                         'keys]',
-                                                                                                                                           'batch_progress': 'dict[3 '
-                                                                                                                                                             'keys]'},
-                                                                                                                             'predict_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                            'keys]',
-                                                                                                                                              'batch_progress': 'dict[2 '
-                                                                                                                                                                'keys]'}},
+                                                                                                                   'loops': {'fit_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                          'epoch_loop.state_dict': 'dict[1 keys]',
+                                                                                                                                          'epoch_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                          'epoch_loop.scheduler_progress': 'dict[2 keys]',
+                                                                                                                                          'epoch_loop.automatic_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                          'epoch_loop.automatic_optimization.optim_progress': 'dict[1 keys]',
+                                                                                                                                          'epoch_loop.manual_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                          'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 keys]',
+                                                                                                                                          'epoch_loop.val_loop.state_dict': 'dict[0 keys]',
+                                                                                                                                          'epoch_loop.val_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                          'epoch_progress': 'dict[2 keys]'},
+                                                                                                                             'validate_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                               'batch_progress': 'dict[3 keys]'},
+                                                                                                                             'test_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                           'batch_progress': 'dict[3 keys]'},
+                                                                                                                             'predict_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                              'batch_progress': 'dict[2 keys]'}},
                                                                                                                    'callbacks': {"ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}": {'monitor': None,
                                                                                                                                                                                                                                                                  'best_model_score': None,
                                                                                                                                                                                                                                                                  'best_model_path': '<workdir>/deepspeed_stage_2_32/checkpoints/epoch=1-step=8.ckpt',
                                                                                                                                                                                                                                                                  'current_score': None,
                                                                                                                                                                                                                                                                  'dirpath': '<workdir>/deepspeed_stage_2_32/checkpoints',
-                                                                                                                                                                                                                                                                 'best_k_models': 'dict[0 '
-                                                                                                                                                                                                                                                                                  'keys]',
+                                                                                                                                                                                                                                                                 'best_k_models': 'dict[0 keys]',
                                                                                                                                                                                                                                                                  'kth_best_model_path': '',
-                                                                                                                                                                                                                                                                 'kth_value': 'Tensor[float32, '
-                                                                                                                                                                                                                                                                              '[]]',
+                                                                                                                                                                                                                                                                 'kth_value': 'Tensor[float32, []]',
                                                                                                                                                                                                                                                                  'last_model_path': ''}},
-                                                                                                                   'lr_schedulers': [{'base_lrs': 'list[1 '
-                                                                                                                                                  'x '
-                                                                                                                                                  'float]',
+                                                                                                                   'lr_schedulers': [{'base_lrs': 'list[1 x float]',
                                                                                                                                       'last_epoch': 8,
                                                                                                                                       '_step_count': 9,
                                                                                                                                       '_is_initial': False,
                                                                                                                                       '_get_lr_called_within_step': False,
-                                                                                                                                      '_last_lr': 'list[1 '
-                                                                                                                                                  'x '
-                                                                                                                                                  'float]',
-                                                                                                                                      'lr_lambdas': 'list[1 '
-                                                                                                                                                    'x '
-                                                                                                                                                    'NoneType]'}]}},
+                                                                                                                                      '_last_lr': 'list[1 x float]',
+                                                                                                                                      'lr_lambdas': 'list[1 x NoneType]'}]}},
                                                            'checkpoint/zero_pp_rank_0_mp_rank_00_optim_states.pt': {'static_scan': ['deepspeed.runtime.zero.config.ZeroStageEnum',
                                                                                                                                     'deepspeed.utils.tensor_fragment.fragment_address',
                                                                                                                                     'deepspeed.runtime.fp16.loss_scaler.LossScaler'],
@@ -1489,23 +1417,15 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                                            'dynamic_loss_scale': False,
                                                                                                                                                            'overflow': False,
                                                                                                                                                            'clip_grad': 1.0,
-                                                                                                                                                           'base_optimizer_state': {'state': 'dict[1 '
-                                                                                                                                                                                             'keys]',
-                                                                                                                                                                                    'param_groups': 'list[1 '
-                                                                                                                                                                                                    'x '
-                                                                                                                                                                                                    'dict]'},
-                                                                                                                                                           'single_partition_of_fp32_groups': ['Tensor[float32, '
-                                                                                                                                                                                               '[602]]'],
-                                                                                                                                                           'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum '
-                                                                                                                                                                         '2>',
+                                                                                                                                                           'base_optimizer_state': {'state': 'dict[1 keys]',
+                                                                                                                                                                                    'param_groups': 'list[1 x dict]'},
+                                                                                                                                                           'single_partition_of_fp32_groups': ['Tensor[float32, [602]]'],
+                                                                                                                                                           'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum 2>',
                                                                                                                                                            'group_paddings': [0],
-                                                                                                                                                           'param_alignment_paddings': ['list[4 '
-                                                                                                                                                                                        'x '
-                                                                                                                                                                                        'int]'],
+                                                                                                                                                           'param_alignment_paddings': ['list[4 x int]'],
                                                                                                                                                            'partition_count': [2],
                                                                                                                                                            'ds_version': '0.19.8',
-                                                                                                                                                           'param_slice_mappings': ['OrderedDict[1 '
-                                                                                                                                                                                    'keys]']},
+                                                                                                                                                           'param_slice_mappings': ['OrderedDict[1 keys]']},
                                                                                                                                   'ds_config': {'zero_allow_untested_optimizer': True,
                                                                                                                                                 'zero_optimization': {'stage': 2,
                                                                                                                                                                       'contiguous_gradients': True,
@@ -1539,23 +1459,15 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                                            'dynamic_loss_scale': False,
                                                                                                                                                            'overflow': False,
                                                                                                                                                            'clip_grad': 1.0,
-                                                                                                                                                           'base_optimizer_state': {'state': 'dict[1 '
-                                                                                                                                                                                             'keys]',
-                                                                                                                                                                                    'param_groups': 'list[1 '
-                                                                                                                                                                                                    'x '
-                                                                                                                                                                                                    'dict]'},
-                                                                                                                                                           'single_partition_of_fp32_groups': ['Tensor[float32, '
-                                                                                                                                                                                               '[602]]'],
-                                                                                                                                                           'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum '
-                                                                                                                                                                         '2>',
+                                                                                                                                                           'base_optimizer_state': {'state': 'dict[1 keys]',
+                                                                                                                                                                                    'param_groups': 'list[1 x dict]'},
+                                                                                                                                                           'single_partition_of_fp32_groups': ['Tensor[float32, [602]]'],
+                                                                                                                                                           'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum 2>',
                                                                                                                                                            'group_paddings': [0],
-                                                                                                                                                           'param_alignment_paddings': ['list[4 '
-                                                                                                                                                                                        'x '
-                                                                                                                                                                                        'int]'],
+                                                                                                                                                           'param_alignment_paddings': ['list[4 x int]'],
                                                                                                                                                            'partition_count': [2],
                                                                                                                                                            'ds_version': '0.19.8',
-                                                                                                                                                           'param_slice_mappings': ['OrderedDict[4 '
-                                                                                                                                                                                    'keys]']},
+                                                                                                                                                           'param_slice_mappings': ['OrderedDict[4 keys]']},
                                                                                                                                   'ds_config': {'zero_allow_untested_optimizer': True,
                                                                                                                                                 'zero_optimization': {'stage': 2,
                                                                                                                                                                       'contiguous_gradients': True,
@@ -1579,11 +1491,8 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                                 'train_micro_batch_size_per_gpu': 4,
                                                                                                                                                 'gradient_clipping': 1.0},
                                                                                                                                   'ds_version': '0.19.8'}}},
-                                                 'torch_load_folder': 'IsADirectoryError: [Errno 21] Is a directory: '
-                                                                      "'<workdir>/deepspeed_stage_2_32/checkpoints/epoch=1-step=8.ckpt'",
-                                                 'load_from_checkpoint_folder': 'IsADirectoryError: [Errno 21] Is a '
-                                                                                'directory: '
-                                                                                "'<workdir>/deepspeed_stage_2_32/checkpoints/epoch=1-step=8.ckpt'",
+                                                 'torch_load_folder': "IsADirectoryError: [Errno 21] Is a directory: '<workdir>/deepspeed_stage_2_32/checkpoints/epoch=1-step=8.ckpt'",
+                                                 'load_from_checkpoint_folder': "IsADirectoryError: [Errno 21] Is a directory: '<workdir>/deepspeed_stage_2_32/checkpoints/epoch=1-step=8.ckpt'",
                                                  'converted_allow_list': [],
                                                  'converted_keys': ['buffer_names',
                                                                     'callbacks',
@@ -1610,28 +1519,16 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                  'load_from_converted_sha256_equals_run': True},
                         'deepspeed_stage_3_32': {'files': {'checkpoint/zero_pp_rank_0_mp_rank_00_model_states.pt': {'static_scan': [],
                                                                                                                     'allow_list': [],
-                                                                                                                    'structure': {'module': {'fc1.weight': 'Tensor[float32, '
-                                                                                                                                                           '[0]]',
-                                                                                                                                             'fc1.bias': 'Tensor[float32, '
-                                                                                                                                                         '[0]]',
-                                                                                                                                             'fc2.weight': 'Tensor[float32, '
-                                                                                                                                                           '[0]]',
-                                                                                                                                             'fc2.bias': 'Tensor[float32, '
-                                                                                                                                                         '[0]]'},
+                                                                                                                    'structure': {'module': {'fc1.weight': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc1.bias': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc2.weight': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc2.bias': 'Tensor[float32, [0]]'},
                                                                                                                                   'buffer_names': [],
                                                                                                                                   'optimizer': None,
-                                                                                                                                  'param_shapes': [{'fc1.weight': 'Size[2 '
-                                                                                                                                                                  'x '
-                                                                                                                                                                  'int]',
-                                                                                                                                                    'fc1.bias': 'Size[1 '
-                                                                                                                                                                'x '
-                                                                                                                                                                'int]',
-                                                                                                                                                    'fc2.weight': 'Size[2 '
-                                                                                                                                                                  'x '
-                                                                                                                                                                  'int]',
-                                                                                                                                                    'fc2.bias': 'Size[1 '
-                                                                                                                                                                'x '
-                                                                                                                                                                'int]'}],
+                                                                                                                                  'param_shapes': [{'fc1.weight': 'Size[2 x int]',
+                                                                                                                                                    'fc1.bias': 'Size[1 x int]',
+                                                                                                                                                    'fc2.weight': 'Size[2 x int]',
+                                                                                                                                                    'fc2.bias': 'Size[1 x int]'}],
                                                                                                                                   'frozen_param_shapes': {},
                                                                                                                                   'shared_params': {},
                                                                                                                                   'frozen_param_fragments': {},
@@ -1672,81 +1569,51 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                   'epoch': 1,
                                                                                                                                   'global_step': 8,
                                                                                                                                   'pytorch-lightning_version': '2.6.6',
-                                                                                                                                  'loops': {'fit_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                       'keys]',
-                                                                                                                                                         'epoch_loop.state_dict': 'dict[1 '
-                                                                                                                                                                                  'keys]',
-                                                                                                                                                         'epoch_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                                      'keys]',
-                                                                                                                                                         'epoch_loop.scheduler_progress': 'dict[2 '
-                                                                                                                                                                                          'keys]',
-                                                                                                                                                         'epoch_loop.automatic_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                                         'keys]',
-                                                                                                                                                         'epoch_loop.automatic_optimization.optim_progress': 'dict[1 '
-                                                                                                                                                                                                             'keys]',
-                                                                                                                                                         'epoch_loop.manual_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                                      'keys]',
-                                                                                                                                                         'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 '
-                                                                                                                                                                                                               'keys]',
-                                                                                                                                                         'epoch_loop.val_loop.state_dict': 'dict[0 '
-                                                                                                                                                                                           'keys]',
-                                                                                                                                                         'epoch_loop.val_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                                               'keys]',
-                                                                                                                                                         'epoch_progress': 'dict[2 '
-                                                                                                                                                                           'keys]'},
-                                                                                                                                            'validate_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                            'keys]',
-                                                                                                                                                              'batch_progress': 'dict[3 '
-                                                                                                                                                                                'keys]'},
-                                                                                                                                            'test_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                        'keys]',
-                                                                                                                                                          'batch_progress': 'dict[3 '
-                                                                                                                                                                            'keys]'},
-                                                                                                                                            'predict_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                           'keys]',
-                                                                                                                                                             'batch_progress': 'dict[2 '
-                                                                                                                                                                               'keys]'}},
+                                                                                                                                  'loops': {'fit_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.state_dict': 'dict[1 keys]',
+                                                                                                                                                         'epoch_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                                         'epoch_loop.scheduler_progress': 'dict[2 keys]',
+                                                                                                                                                         'epoch_loop.automatic_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.automatic_optimization.optim_progress': 'dict[1 keys]',
+                                                                                                                                                         'epoch_loop.manual_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 keys]',
+                                                                                                                                                         'epoch_loop.val_loop.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.val_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                                         'epoch_progress': 'dict[2 keys]'},
+                                                                                                                                            'validate_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                              'batch_progress': 'dict[3 keys]'},
+                                                                                                                                            'test_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                          'batch_progress': 'dict[3 keys]'},
+                                                                                                                                            'predict_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                             'batch_progress': 'dict[2 keys]'}},
                                                                                                                                   'callbacks': {"ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}": {'monitor': None,
                                                                                                                                                                                                                                                                                 'best_model_score': None,
                                                                                                                                                                                                                                                                                 'best_model_path': '<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt',
                                                                                                                                                                                                                                                                                 'current_score': None,
                                                                                                                                                                                                                                                                                 'dirpath': '<workdir>/deepspeed_stage_3_32/checkpoints',
-                                                                                                                                                                                                                                                                                'best_k_models': 'dict[0 '
-                                                                                                                                                                                                                                                                                                 'keys]',
+                                                                                                                                                                                                                                                                                'best_k_models': 'dict[0 keys]',
                                                                                                                                                                                                                                                                                 'kth_best_model_path': '',
-                                                                                                                                                                                                                                                                                'kth_value': 'Tensor[float32, '
-                                                                                                                                                                                                                                                                                             '[]]',
+                                                                                                                                                                                                                                                                                'kth_value': 'Tensor[float32, []]',
                                                                                                                                                                                                                                                                                 'last_model_path': ''}},
-                                                                                                                                  'lr_schedulers': [{'base_lrs': 'list[1 '
-                                                                                                                                                                 'x '
-                                                                                                                                                                 'float]',
+                                                                                                                                  'lr_schedulers': [{'base_lrs': 'list[1 x float]',
                                                                                                                                                      'last_epoch': 8,
                                                                                                                                                      '_step_count': 9,
                                                                                                                                                      '_is_initial': False,
                                                                                                                                                      '_get_lr_called_within_step': False,
-                                                                                                                                                     '_last_lr': 'list[1 '
-                                                                                                                                                                 'x '
-                                                                                                                                                                 'float]',
-                                                                                                                                                     'lr_lambdas': 'list[1 '
-                                                                                                                                                                   'x '
-                                                                                                                                                                   'NoneType]'}]}},
+                                                                                                                                                     '_last_lr': 'list[1 x float]',
+                                                                                                                                                     'lr_lambdas': 'list[1 x NoneType]'}]}},
                                                            'checkpoint/zero_pp_rank_0_mp_rank_00_optim_states.pt': {'static_scan': ['deepspeed.runtime.zero.config.ZeroStageEnum',
                                                                                                                                     'deepspeed.runtime.fp16.loss_scaler.LossScaler'],
                                                                                                                     'allow_list': ['deepspeed.runtime.zero.config.ZeroStageEnum',
                                                                                                                                    'deepspeed.runtime.fp16.loss_scaler.LossScaler'],
-                                                                                                                    'structure': {'optimizer_state_dict': {'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum '
-                                                                                                                                                                         '3>',
+                                                                                                                    'structure': {'optimizer_state_dict': {'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum 3>',
                                                                                                                                                            'loss_scaler': '<deepspeed.runtime.fp16.loss_scaler.LossScaler>',
                                                                                                                                                            'dynamic_loss_scale': False,
                                                                                                                                                            'overflow': False,
                                                                                                                                                            'partition_count': 2,
-                                                                                                                                                           'optimizer_state_dict': {'state': 'dict[1 '
-                                                                                                                                                                                             'keys]',
-                                                                                                                                                                                    'param_groups': 'list[1 '
-                                                                                                                                                                                                    'x '
-                                                                                                                                                                                                    'dict]'},
-                                                                                                                                                           'fp32_flat_groups': ['Tensor[float32, '
-                                                                                                                                                                                '[602]]']},
+                                                                                                                                                           'optimizer_state_dict': {'state': 'dict[1 keys]',
+                                                                                                                                                                                    'param_groups': 'list[1 x dict]'},
+                                                                                                                                                           'fp32_flat_groups': ['Tensor[float32, [602]]']},
                                                                                                                                   'ds_config': {'zero_allow_untested_optimizer': True,
                                                                                                                                                 'zero_optimization': {'stage': 3,
                                                                                                                                                                       'contiguous_gradients': True,
@@ -1773,28 +1640,16 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                   'ds_version': '0.19.8'}},
                                                            'checkpoint/zero_pp_rank_1_mp_rank_00_model_states.pt': {'static_scan': [],
                                                                                                                     'allow_list': [],
-                                                                                                                    'structure': {'module': {'fc1.weight': 'Tensor[float32, '
-                                                                                                                                                           '[0]]',
-                                                                                                                                             'fc1.bias': 'Tensor[float32, '
-                                                                                                                                                         '[0]]',
-                                                                                                                                             'fc2.weight': 'Tensor[float32, '
-                                                                                                                                                           '[0]]',
-                                                                                                                                             'fc2.bias': 'Tensor[float32, '
-                                                                                                                                                         '[0]]'},
+                                                                                                                    'structure': {'module': {'fc1.weight': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc1.bias': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc2.weight': 'Tensor[float32, [0]]',
+                                                                                                                                             'fc2.bias': 'Tensor[float32, [0]]'},
                                                                                                                                   'buffer_names': [],
                                                                                                                                   'optimizer': None,
-                                                                                                                                  'param_shapes': [{'fc1.weight': 'Size[2 '
-                                                                                                                                                                  'x '
-                                                                                                                                                                  'int]',
-                                                                                                                                                    'fc1.bias': 'Size[1 '
-                                                                                                                                                                'x '
-                                                                                                                                                                'int]',
-                                                                                                                                                    'fc2.weight': 'Size[2 '
-                                                                                                                                                                  'x '
-                                                                                                                                                                  'int]',
-                                                                                                                                                    'fc2.bias': 'Size[1 '
-                                                                                                                                                                'x '
-                                                                                                                                                                'int]'}],
+                                                                                                                                  'param_shapes': [{'fc1.weight': 'Size[2 x int]',
+                                                                                                                                                    'fc1.bias': 'Size[1 x int]',
+                                                                                                                                                    'fc2.weight': 'Size[2 x int]',
+                                                                                                                                                    'fc2.bias': 'Size[1 x int]'}],
                                                                                                                                   'frozen_param_shapes': {},
                                                                                                                                   'shared_params': {},
                                                                                                                                   'frozen_param_fragments': {},
@@ -1835,81 +1690,51 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                   'epoch': 1,
                                                                                                                                   'global_step': 8,
                                                                                                                                   'pytorch-lightning_version': '2.6.6',
-                                                                                                                                  'loops': {'fit_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                       'keys]',
-                                                                                                                                                         'epoch_loop.state_dict': 'dict[1 '
-                                                                                                                                                                                  'keys]',
-                                                                                                                                                         'epoch_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                                      'keys]',
-                                                                                                                                                         'epoch_loop.scheduler_progress': 'dict[2 '
-                                                                                                                                                                                          'keys]',
-                                                                                                                                                         'epoch_loop.automatic_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                                         'keys]',
-                                                                                                                                                         'epoch_loop.automatic_optimization.optim_progress': 'dict[1 '
-                                                                                                                                                                                                             'keys]',
-                                                                                                                                                         'epoch_loop.manual_optimization.state_dict': 'dict[0 '
-                                                                                                                                                                                                      'keys]',
-                                                                                                                                                         'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 '
-                                                                                                                                                                                                               'keys]',
-                                                                                                                                                         'epoch_loop.val_loop.state_dict': 'dict[0 '
-                                                                                                                                                                                           'keys]',
-                                                                                                                                                         'epoch_loop.val_loop.batch_progress': 'dict[3 '
-                                                                                                                                                                                               'keys]',
-                                                                                                                                                         'epoch_progress': 'dict[2 '
-                                                                                                                                                                           'keys]'},
-                                                                                                                                            'validate_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                            'keys]',
-                                                                                                                                                              'batch_progress': 'dict[3 '
-                                                                                                                                                                                'keys]'},
-                                                                                                                                            'test_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                        'keys]',
-                                                                                                                                                          'batch_progress': 'dict[3 '
-                                                                                                                                                                            'keys]'},
-                                                                                                                                            'predict_loop': {'state_dict': 'dict[0 '
-                                                                                                                                                                           'keys]',
-                                                                                                                                                             'batch_progress': 'dict[2 '
-                                                                                                                                                                               'keys]'}},
+                                                                                                                                  'loops': {'fit_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.state_dict': 'dict[1 keys]',
+                                                                                                                                                         'epoch_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                                         'epoch_loop.scheduler_progress': 'dict[2 keys]',
+                                                                                                                                                         'epoch_loop.automatic_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.automatic_optimization.optim_progress': 'dict[1 keys]',
+                                                                                                                                                         'epoch_loop.manual_optimization.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.manual_optimization.optim_step_progress': 'dict[2 keys]',
+                                                                                                                                                         'epoch_loop.val_loop.state_dict': 'dict[0 keys]',
+                                                                                                                                                         'epoch_loop.val_loop.batch_progress': 'dict[3 keys]',
+                                                                                                                                                         'epoch_progress': 'dict[2 keys]'},
+                                                                                                                                            'validate_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                              'batch_progress': 'dict[3 keys]'},
+                                                                                                                                            'test_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                          'batch_progress': 'dict[3 keys]'},
+                                                                                                                                            'predict_loop': {'state_dict': 'dict[0 keys]',
+                                                                                                                                                             'batch_progress': 'dict[2 keys]'}},
                                                                                                                                   'callbacks': {"ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}": {'monitor': None,
                                                                                                                                                                                                                                                                                 'best_model_score': None,
                                                                                                                                                                                                                                                                                 'best_model_path': '<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt',
                                                                                                                                                                                                                                                                                 'current_score': None,
                                                                                                                                                                                                                                                                                 'dirpath': '<workdir>/deepspeed_stage_3_32/checkpoints',
-                                                                                                                                                                                                                                                                                'best_k_models': 'dict[0 '
-                                                                                                                                                                                                                                                                                                 'keys]',
+                                                                                                                                                                                                                                                                                'best_k_models': 'dict[0 keys]',
                                                                                                                                                                                                                                                                                 'kth_best_model_path': '',
-                                                                                                                                                                                                                                                                                'kth_value': 'Tensor[float32, '
-                                                                                                                                                                                                                                                                                             '[]]',
+                                                                                                                                                                                                                                                                                'kth_value': 'Tensor[float32, []]',
                                                                                                                                                                                                                                                                                 'last_model_path': ''}},
-                                                                                                                                  'lr_schedulers': [{'base_lrs': 'list[1 '
-                                                                                                                                                                 'x '
-                                                                                                                                                                 'float]',
+                                                                                                                                  'lr_schedulers': [{'base_lrs': 'list[1 x float]',
                                                                                                                                                      'last_epoch': 8,
                                                                                                                                                      '_step_count': 9,
                                                                                                                                                      '_is_initial': False,
                                                                                                                                                      '_get_lr_called_within_step': False,
-                                                                                                                                                     '_last_lr': 'list[1 '
-                                                                                                                                                                 'x '
-                                                                                                                                                                 'float]',
-                                                                                                                                                     'lr_lambdas': 'list[1 '
-                                                                                                                                                                   'x '
-                                                                                                                                                                   'NoneType]'}]}},
+                                                                                                                                                     '_last_lr': 'list[1 x float]',
+                                                                                                                                                     'lr_lambdas': 'list[1 x NoneType]'}]}},
                                                            'checkpoint/zero_pp_rank_1_mp_rank_00_optim_states.pt': {'static_scan': ['deepspeed.runtime.zero.config.ZeroStageEnum',
                                                                                                                                     'deepspeed.runtime.fp16.loss_scaler.LossScaler'],
                                                                                                                     'allow_list': ['deepspeed.runtime.zero.config.ZeroStageEnum',
                                                                                                                                    'deepspeed.runtime.fp16.loss_scaler.LossScaler'],
-                                                                                                                    'structure': {'optimizer_state_dict': {'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum '
-                                                                                                                                                                         '3>',
+                                                                                                                    'structure': {'optimizer_state_dict': {'zero_stage': '<deepspeed.runtime.zero.config.ZeroStageEnum 3>',
                                                                                                                                                            'loss_scaler': '<deepspeed.runtime.fp16.loss_scaler.LossScaler>',
                                                                                                                                                            'dynamic_loss_scale': False,
                                                                                                                                                            'overflow': False,
                                                                                                                                                            'partition_count': 2,
-                                                                                                                                                           'optimizer_state_dict': {'state': 'dict[1 '
-                                                                                                                                                                                             'keys]',
-                                                                                                                                                                                    'param_groups': 'list[1 '
-                                                                                                                                                                                                    'x '
-                                                                                                                                                                                                    'dict]'},
-                                                                                                                                                           'fp32_flat_groups': ['Tensor[float32, '
-                                                                                                                                                                                '[602]]']},
+                                                                                                                                                           'optimizer_state_dict': {'state': 'dict[1 keys]',
+                                                                                                                                                                                    'param_groups': 'list[1 x dict]'},
+                                                                                                                                                           'fp32_flat_groups': ['Tensor[float32, [602]]']},
                                                                                                                                   'ds_config': {'zero_allow_untested_optimizer': True,
                                                                                                                                                 'zero_optimization': {'stage': 3,
                                                                                                                                                                       'contiguous_gradients': True,
@@ -1934,11 +1759,8 @@ EXPECTED = {'versions': {'lightning': '2.6.6', 'deepspeed': '0.19.8', 'torch': '
                                                                                                                                                 'train_micro_batch_size_per_gpu': 4,
                                                                                                                                                 'gradient_clipping': 1.0},
                                                                                                                                   'ds_version': '0.19.8'}}},
-                                                 'torch_load_folder': 'IsADirectoryError: [Errno 21] Is a directory: '
-                                                                      "'<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt'",
-                                                 'load_from_checkpoint_folder': 'IsADirectoryError: [Errno 21] Is a '
-                                                                                'directory: '
-                                                                                "'<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt'",
+                                                 'torch_load_folder': "IsADirectoryError: [Errno 21] Is a directory: '<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt'",
+                                                 'load_from_checkpoint_folder': "IsADirectoryError: [Errno 21] Is a directory: '<workdir>/deepspeed_stage_3_32/checkpoints/epoch=1-step=8.ckpt'",
                                                  'converted_allow_list': [],
                                                  'converted_keys': ['buffer_names',
                                                                     'callbacks',

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import pprint
 import shutil
 import sys
 import tempfile
@@ -28,10 +27,10 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import record_deepspeed_tools as tools  # noqa: E402
+import record_deepspeed_tools as tools
 
 sys.path.insert(0, tools.SCRIPTS)
-from deepspeed_script import summary  # noqa: E402 - the same summary the runs write
+from deepspeed_script import summary  # the same summary the runs write
 
 OUT_MODULE = os.path.join(tools.ROOT, "tests", "distributed", "deepspeed_expected.py")
 SAVE_AT = [6, 16]
@@ -160,13 +159,10 @@ def main(workdir: str) -> None:
     results["zero_to_fp32_script"] = tools.zero_to_fp32_script_outputs(
         os.path.join(workdir, "z2_fp32", f"state_{SAVE_AT[-1]}"), workdir)
     results["record_seconds"] = round(time.perf_counter() - started, 1)
-    with open(OUT_MODULE, "w") as f:
-        f.write(f'"""Observed from accelerate {accelerate.__version__} + deepspeed {deepspeed.__version__} '
-                f'(torch {torch.__version__}, DS_ACCELERATOR=cpu, 2 processes, gloo) by\n'
-                'tests/parity_scripts/record_deepspeed.py running tests/distributed/deepspeed_script.py and '
-                'deepspeed_probe_script.py; do not edit."""\n\n')
-        f.write("inf = float(\"inf\")  # DeepSpeed configs hold steps_per_print=inf\n\n")
-        f.write(f"EXPECTED = {pprint.pformat(results, width=118, sort_dicts=False)}\n")
+    tools.write_expected(OUT_MODULE, f"Observed from accelerate {accelerate.__version__} + deepspeed "
+                         f"{deepspeed.__version__} (torch {torch.__version__}, DS_ACCELERATOR=cpu, 2 processes, gloo) "
+                         "by\ntests/parity_scripts/record_deepspeed.py running tests/distributed/deepspeed_script.py "
+                         "and deepspeed_probe_script.py; do not edit.", results, workdir)
     print("wrote", OUT_MODULE, "in", results["record_seconds"], "s")
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import pprint
 import runpy
 import shutil
 import sys
@@ -33,8 +32,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import record_deepspeed_tools as tools  # noqa: E402
-from record_corpus import SWAPS, to_lightning  # noqa: E402 - the corpus' Ember -> Lightning import table
+import record_deepspeed_tools as tools
+from record_corpus import SWAPS, to_lightning  # the corpus' Ember -> Lightning import table
 
 STRATEGY_SWAP = ("from trainer.strategies import ", "from lightning.pytorch.strategies import ")
 CORPUS = os.path.join(tools.ROOT, "tests", "lightning_corpus")
@@ -125,7 +124,7 @@ def record_run(name: str, run: dict[str, Any], workdir: str) -> dict[str, Any]:
     full = run_lightning(run, folder)
     out: dict[str, Any] = {"run": run, **{k: full[k] for k in (*KEEP, "failed", "error", "log_tail") if k in full}}
     if name in RESUME and "failed" not in full:
-        first = sorted(full["checkpoints"])[0]  # the end of epoch 0
+        first = min(full["checkpoints"])  # the end of epoch 0
         resumed = run_lightning({**run, "ckpt_path": os.path.join(folder, "checkpoints", first)},
                                 os.path.join(folder, "resumed"))
         if "failed" in resumed:
@@ -167,7 +166,7 @@ def checkpoint_loading(workdir: str) -> dict[str, Any]:
         folder = os.path.join(workdir, name, "checkpoints")
         if not os.path.isdir(folder):
             continue
-        ckpt = os.path.join(folder, sorted(os.listdir(folder))[-1])
+        ckpt = os.path.join(folder, max(os.listdir(folder)))
         files = {rel: tools.allow_list_for(os.path.join(ckpt, rel)) for rel in
                  sorted(os.path.relpath(os.path.join(d, n), ckpt) for d, _, ns in os.walk(ckpt) for n in ns)
                  if rel.endswith(".pt")}
@@ -213,14 +212,11 @@ def main(workdir: str) -> None:
     results["runs"] = {name: record_run(name, run, workdir) for name, run in RUNS.items()}
     results["checkpoint_loading"] = checkpoint_loading(workdir)
     results["record_seconds"] = round(time.perf_counter() - started, 1)
-    with open(OUT_MODULE, "w") as f:
-        f.write(f'"""Observed from lightning {lightning.__version__} + deepspeed {results["versions"]["deepspeed"]} '
-                f'(torch {torch.__version__}, DS_ACCELERATOR=cpu, 2 processes, gloo, the CUDA-only check skipped) by\n'
-                'tests/parity_scripts/record_deepspeed_lightning.py running tests/lightning_corpus/deepspeed_script.py;'
-                ' do not edit."""\n\n')
-        f.write("inf = float(\"inf\")\n\n")
-        # Temporary paths of this recording read as <workdir>.
-        f.write(f"EXPECTED = {pprint.pformat(results, width=118, sort_dicts=False)}\n".replace(workdir, "<workdir>"))
+    tools.write_expected(OUT_MODULE, f"Observed from lightning {lightning.__version__} + deepspeed "
+                         f"{results['versions']['deepspeed']} (torch {torch.__version__}, DS_ACCELERATOR=cpu, "
+                         "2 processes, gloo, the CUDA-only checks skipped) by\n"
+                         "tests/parity_scripts/record_deepspeed_lightning.py running "
+                         "tests/lightning_corpus/deepspeed_script.py; do not edit.", results, workdir)
     print("wrote", OUT_MODULE, "in", results["record_seconds"], "s")
 
 

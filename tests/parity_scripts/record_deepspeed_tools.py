@@ -8,12 +8,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pprint
 import re
 import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -33,7 +34,7 @@ def torchrun(script: str, args: list[str], env: dict[str, str] | None = None, ti
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), os.path.join(SCRIPTS, script), *args]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, timeout=timeout)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env or ENV, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - started
 
 
@@ -66,6 +67,23 @@ def error_lines(log: str) -> list[str]:
     lines = [line for line in log.splitlines() if re.search(r"(Error|Exception|error)\b.*:", line)
              and "ChildFailedError" not in line and "FutureWarning" not in line]
     return lines[-6:]
+
+
+class _Printer(pprint.PrettyPrinter):
+    """pprint that never splits a string into implicit concatenations (messages stay whole and greppable)."""
+
+    _dispatch: ClassVar[dict[Any, Any]] = {
+        k: v for k, v in pprint.PrettyPrinter._dispatch.items()  # type: ignore[attr-defined]
+        if k is not str.__repr__}
+
+
+def write_expected(path: str, docstring: str, results: dict[str, Any], workdir: str) -> None:
+    """The recorded values as a Python data module; this recording's temporary paths read as <workdir>."""
+    body = _Printer(width=118, sort_dicts=False).pformat(results).replace(workdir, "<workdir>")
+    with open(path, "w") as f:
+        f.write(f'"""{docstring}"""\n\n')
+        f.write('inf = float("inf")  # DeepSpeed configs hold steps_per_print=inf\n\n')
+        f.write(f"EXPECTED = {body}\n")
 
 
 # ---- checkpoint files --------------------------------------------------------------------------------------------
@@ -143,7 +161,7 @@ def zero_to_fp32_script_outputs(state_dir: str, workdir: str) -> dict[str, Any]:
     for label, extra in (("default", []), ("safe_serialization", ["--safe_serialization"])):
         target = os.path.join(workdir, f"fp32_{label}")
         proc = subprocess.run([sys.executable, os.path.join(state_dir, "zero_to_fp32.py"), state_dir, target, *extra],
-                              capture_output=True, text=True, env=ENV, timeout=300)
+                              check=False, capture_output=True, text=True, env=ENV, timeout=300)
         out[label] = sorted(os.listdir(target)) if proc.returncode == 0 else proc.stderr.splitlines()[-3:]
     return out
 
@@ -185,8 +203,8 @@ def launch_env(flags: list[str], workdir: str) -> dict[str, Any]:
     env = {k: v for k, v in ENV.items() if not k.startswith("ACCELERATE_")}
     env["HF_HOME"] = os.path.join(workdir, "hf_home")  # no default accelerate config file
     accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
-    proc = subprocess.run([accelerate, "launch", *flags, script, workdir], capture_output=True, text=True,
-                          env=env, cwd=workdir, timeout=300)
+    proc = subprocess.run([accelerate, "launch", *flags, script, workdir], check=False, capture_output=True,
+                          text=True, env=env, cwd=workdir, timeout=300)
     out: dict[str, Any] = {"rc": proc.returncode}
     if proc.returncode != 0:
         out["error_tail"] = [line for line in proc.stderr.splitlines() if line.strip()][-4:]
