@@ -3,12 +3,13 @@ and the epoch end that computes metrics between the module's and the callbacks' 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from engine import Accelerator
-from trainer.evaluation.exact import drop_padding
+from trainer.evaluation.exact import drop_padding, metric_states_kept
 from trainer.evaluation.predict import gather_step
 from trainer.loop.hooks import HookTable
 from trainer.loop.plan import RunPlan, batches
@@ -69,10 +70,13 @@ class EvaluationLoop:
                     metrics.new_batch(batch, padding)
                     # As in Lightning, dataloader_idx is only passed when there are several loaders.
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
-                    hooks.call(batch_start, *step_args)
-                    with profile(hooks.profiler, step):
-                        outputs = model(step, *step_args)
-                    hooks.call(batch_end, outputs, *step_args)
+                    # Only repeats: the step runs (every process in step) but no torchmetrics Metric keeps it.
+                    kept = metric_states_kept(model, metrics.metric_objects()) if padding else nullcontext()
+                    with kept:
+                        hooks.call(batch_start, *step_args)
+                        with profile(hooks.profiler, step):
+                            outputs = model(step, *step_args)
+                        hooks.call(batch_end, outputs, *step_args)
                     if stage != "sanity_check":
                         self.trackers.log(metrics.step_values())
         metrics.dataloader_suffix = ""
