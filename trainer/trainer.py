@@ -197,7 +197,9 @@ class Trainer:
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
-        folder = restore(self.accelerator, resume, "fit")
+        module = self.attached.module
+        assert module is not None
+        folder = restore(self.accelerator, resume, "fit", module)
         self.plan.line_up_loaders(self.state)
         self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
         state = self.state
@@ -435,7 +437,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, "predict")
             results = self.evaluation.predict(hooks, return_predictions)
         if return_predictions is False:
             return None
@@ -449,7 +451,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:  # the module's weights only: optimizers and data do not matter
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, kind)
             self.trackers.start((self.module, self.datamodule))
             results = self.evaluation.run(kind, hooks)
         if verbose and self.accelerator.is_main_process:
