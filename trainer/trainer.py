@@ -205,6 +205,11 @@ class Trainer:
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")
+        reached = self.stop.already_reached(self.config)
+        if reached is not None:  # Lightning only says "`Trainer.fit` stopped: `max_epochs=2` reached." (so does fit)
+            where, keyword = reached
+            self.accelerator.print(f"fit(ckpt_path={resume.ckpt_path!r}): the run already reached {where}; nothing "
+                                   f"to train. Raise {keyword} to train further.")
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
