@@ -19,6 +19,7 @@ import pprint
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,8 +120,7 @@ def main() -> None:
                     done = subprocess.run([sys.executable, __file__, "worker", str(n), str(devices),
                                            str(int(drop_last)), out],
                                           capture_output=True, text=True, check=False, timeout=600)
-                    rows = [json.loads(open(os.path.join(out, name), encoding="utf-8").read())
-                            for name in sorted(os.listdir(out))]
+                    rows = [json.loads(Path(out, name).read_text(encoding="utf-8")) for name in sorted(os.listdir(out))]
                 if done.returncode or len(rows) != devices:
                     raise RuntimeError(f"worker {n} {devices} {drop_last} failed:\n{done.stdout}\n{done.stderr}")
                 ranks = sorted(rows, key=lambda r: r["rank"])
