@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ from tensorboard.backend.event_processing.plugin_event_accumulator import (
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from trackers import TensorBoardTracker
+
+
+def _next_second() -> None:
+    """Wait for the next whole second: event files sort by their name (the second, the pid, then a per-process
+    writer counter compared as text, so writer 10 sorts before writer 9), and a resumed run's file must come
+    after the interrupted one's, as it does when a new process resumes later."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
 
 
 def _read(log_dir: Path) -> EventAccumulator:
@@ -83,6 +91,7 @@ def test_resume_writes_the_same_folder_and_replaces_steps_after_the_checkpoint(t
 
     resumed = TensorBoardTracker("renamed", tmp_path)
     resumed.load_state_dict(checkpoint)
+    _next_second()
     resumed.start()
     for step in range(3, 6):
         resumed.log({"loss": 10.0 * step, "note": f"resumed {step}"}, step=step)
@@ -123,6 +132,7 @@ def test_a_moved_run_resumes_into_its_new_folder(tmp_path: Path, monkeypatch: py
     shutil.move(str(tmp_path / "runs/a"), str(tmp_path / "moved"))
     resumed = TensorBoardTracker("proj", tmp_path / "moved")
     resumed.load_state_dict(checkpoint)
+    _next_second()
     resumed.start()
     resumed.log({"loss": 2.0}, step=2)
     resumed.finish()
@@ -154,6 +164,7 @@ def test_values_of_the_checkpoints_step_logged_after_it_are_not_doubled(tmp_path
     assert saved is not None
     resumed = TensorBoardTracker("run", tmp_path)
     resumed.load_state_dict(saved)
+    _next_second()
     resumed.start()
     run(resumed, range(3, 5))
     resumed.finish()
