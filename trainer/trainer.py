@@ -197,12 +197,19 @@ class Trainer:
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
-        folder = restore(self.accelerator, resume, "fit")
+        module = self.attached.module
+        assert module is not None
+        folder = restore(self.accelerator, resume, "fit", module)
         self.plan.line_up_loaders(self.state)
         self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")
+        reached = self.stop.already_reached(self.config)
+        if reached is not None:  # Lightning only says "`Trainer.fit` stopped: `max_epochs=2` reached." (so does fit)
+            where, keyword = reached
+            self.accelerator.print(f"fit(ckpt_path={resume.ckpt_path!r}): the run already reached {where}; nothing "
+                                   f"to train. Raise {keyword} to train further.")
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
@@ -435,7 +442,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, "predict")
             results = self.evaluation.predict(hooks, return_predictions)
         if return_predictions is False:
             return None
@@ -449,7 +456,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:  # the module's weights only: optimizers and data do not matter
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, kind)
             self.trackers.start((self.module, self.datamodule))
             results = self.evaluation.run(kind, hooks)
         if verbose and self.accelerator.is_main_process:
