@@ -31,7 +31,7 @@ from engine.config import (
     ProjectConfiguration,
     merge_dataloader_config,
 )
-from engine.deepspeed_plugin import DeepSpeedPlugin
+from engine.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
 from engine.environment import EngineEnvironment
 from engine.keywords import suggest_keywords
 from engine.optimizer import AcceleratedOptimizer
@@ -115,16 +115,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             from engine.fsdp import FullyShardedDataParallelPlugin
 
             fsdp_plugin = FullyShardedDataParallelPlugin()
-        if deepspeed_plugin is None and environment.use_deepspeed:
-            deepspeed_plugin = DeepSpeedPlugin()  # configured by ACCELERATE_DEEPSPEED_* (ember launch sets them)
-        if deepspeed_plugin is not None:
-            if not isinstance(deepspeed_plugin, DeepSpeedPlugin):
-                raise TypeError(f"Accelerator(deepspeed_plugin=...) takes an engine.DeepSpeedPlugin. Received: "
-                                f"{type(deepspeed_plugin).__name__}.")
-            if fsdp_plugin is not None:
-                raise ValueError("Accelerator(deepspeed_plugin=..., fsdp_plugin=...) asks for two backends: pass one.")
-            # The DeepSpeed config decides the precision it trains in (as in Accelerate): bf16 / fp16 sections.
-            mixed_precision = deepspeed_plugin.set_mixed_precision(mixed_precision or "no")
+        deepspeed_plugin, mixed_precision = choose_deepspeed_plugin(deepspeed_plugin, environment, fsdp_plugin,
+                                                                    mixed_precision)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
                                       deepspeed_plugin=deepspeed_plugin,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
@@ -311,6 +303,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         """``prepare`` for a backend that builds the model, optimizer and scheduler together (DeepSpeed)."""
         if any(placement is not None for placement in device_placement):
             raise ValueError("You can't customize device placements with DeepSpeed or Megatron-LM.")
+        if sum(isinstance(obj, torch.nn.Module) for obj in args) > 1:  # Accelerate's type and words
+            raise AssertionError("You can't use same `Accelerator()` instance with multiple models when using "
+                                 "DeepSpeed")
         result = [self._prepare_one(obj, None, first_pass=True) if isinstance(obj, DataLoader) else obj
                   for obj in args]
         from engine.deepspeed_plugin import DummyOptim, DummyScheduler

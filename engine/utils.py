@@ -27,6 +27,7 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
+from engine.deepspeed_config import HfDeepSpeedConfig
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from engine.imports import (
     compare_versions,
@@ -98,7 +99,8 @@ from engine.state import DistributedType
 
 # Imported on first use: FSDP2 costs about a second to import, the launchers pull in torch.distributed.elastic.
 _LAZY = {"FullyShardedDataParallelPlugin": "engine.fsdp", "patch_environment": "engine.launchers",
-         "clear_environment": "engine.launchers"}
+         "clear_environment": "engine.launchers", "DeepSpeedOptimizerWrapper": "engine.backends.deepspeed",
+         "DeepSpeedSchedulerWrapper": "engine.backends.deepspeed"}
 
 
 def __getattr__(name: str) -> Any:
@@ -114,7 +116,9 @@ __all__ = [
     "AutocastKwargs",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DeepSpeedOptimizerWrapper",  # noqa: F822 - resolved lazily by __getattr__
     "DeepSpeedPlugin",
+    "DeepSpeedSchedulerWrapper",  # noqa: F822 - resolved lazily by __getattr__
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
@@ -123,6 +127,7 @@ __all__ = [
     "FullyShardedDataParallelPlugin",  # noqa: F822 - resolved lazily by __getattr__
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
+    "HfDeepSpeedConfig",
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "ProfileKwargs",

@@ -61,9 +61,9 @@ def safe_globals() -> list[Any]:
     return [LossScaler, ZeroStageEnum, fragment_address]
 
 
-class DeepSpeedOptimizer(AcceleratedOptimizer):
+class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     """The optimizer a user holds under DeepSpeed: the engine steps and zeroes it in ``backward``, so ``step`` and
-    ``zero_grad`` do nothing here (as Accelerate's ``DeepSpeedOptimizerWrapper``)."""
+    ``zero_grad`` do nothing here (Accelerate's name and behaviour)."""
 
     def __init__(self, optimizer: Any, engine: Any) -> None:
         super().__init__(optimizer, device_placement=False)
@@ -81,9 +81,9 @@ class DeepSpeedOptimizer(AcceleratedOptimizer):
         return not self.engine.was_step_applied()
 
 
-class DeepSpeedScheduler:
+class DeepSpeedSchedulerWrapper:
     """A scheduler DeepSpeed steps inside ``engine.step()`` (from the config or ``lr_scheduler_callable``):
-    ``step()`` here does nothing (as Accelerate's ``DeepSpeedSchedulerWrapper``)."""
+    ``step()`` here does nothing (Accelerate's name and behaviour)."""
 
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -106,8 +106,8 @@ class Prepared:
     """What ``DeepSpeed.prepare`` made of one ``Accelerator.prepare`` call's model, optimizer and scheduler."""
 
     engine: Any
-    optimizer: DeepSpeedOptimizer | None
-    scheduler: Any  # a DeepSpeedScheduler, the user's torch scheduler (the Accelerator wraps it), or None
+    optimizer: DeepSpeedOptimizerWrapper | None
+    scheduler: Any  # a DeepSpeedSchedulerWrapper, the user's torch scheduler (the Accelerator wraps it), or None
     deepspeed_scheduler: bool  # the scheduler is stepped by DeepSpeed
 
 
@@ -188,10 +188,10 @@ class DeepSpeed(Backend):
                 kwargs["lr_scheduler"] = scheduler
         engine, ds_optimizer, _, ds_scheduler = self.deepspeed.initialize(**kwargs)
         self.engine = engine
-        prepared_optimizer = DeepSpeedOptimizer(ds_optimizer, engine) if ds_optimizer is not None else None
+        prepared_optimizer = DeepSpeedOptimizerWrapper(ds_optimizer, engine) if ds_optimizer is not None else None
         prepared_scheduler: Any = scheduler
         if scheduler is not None and ds_scheduler is not None:
-            prepared_scheduler, deepspeed_scheduler = DeepSpeedScheduler(ds_scheduler), True
+            prepared_scheduler, deepspeed_scheduler = DeepSpeedSchedulerWrapper(ds_scheduler), True
         return Prepared(engine, prepared_optimizer, prepared_scheduler, deepspeed_scheduler)
 
     def _micro_batch_size(self, loaders: Sequence[Any], num_processes: int, split_batches: bool) -> int | None:
@@ -257,7 +257,10 @@ class DeepSpeed(Backend):
     def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float, norm_type: float) -> Any:
         """The engine's global gradient norm of its latest step (it clips with the config's
         ``gradient_clipping`` inside ``engine.step()``; ``max_norm`` is not used, as in Accelerate)."""
-        return None if self.engine is None else self.engine.get_global_grad_norm()
+        if self.engine is None:
+            return None
+        norm = self.engine.get_global_grad_norm()  # a tensor under ZeRO 1/2, a float under 3; None before a step
+        return float(norm) if isinstance(norm, torch.Tensor) else norm
 
     def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
         raise RuntimeError("DeepSpeed and FSDP  do not support `clip_grad_value_`. Use `clip_grad_norm_` instead.")
