@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from engine import operations
 from engine.accelerator_checkpoint import CheckpointingMixin
+from engine.accelerator_mesh import MeshMixin, resolve_parallelism
 from engine.accelerator_process import ProcessControlMixin
 from engine.accelerator_tracking import TrackingMixin
 from engine.backends import Backend, select_backend
@@ -70,7 +71,7 @@ def _is_scheduler(obj: Any) -> bool:
 
 
 @suggest_keywords
-class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin):
+class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin, MeshMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
     >>> accelerator = Accelerator(cpu=True)
@@ -90,9 +91,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                  use_seedable_sampler: bool = _UNSET, step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: list[KwargsHandler] | None = None, dynamo_backend: str | None = None,
                  dynamo_plugin: Any = None, parallelism_config: Any = None) -> None:
-        for name, value in (("megatron_lm_plugin", megatron_lm_plugin), ("parallelism_config", parallelism_config)):
-            if value is not None:
-                raise NotImplementedError(f"{name} is not supported: {_UNSUPPORTED}. Remove `{name}=`.")
+        if megatron_lm_plugin is not None:
+            raise NotImplementedError(f"megatron_lm_plugin is not supported: {_UNSUPPORTED}. Remove "
+                                      "`megatron_lm_plugin=`; tensor parallelism is ParallelismConfig(tp_size=...).")
         mixed_precision = validate_precision(mixed_precision)
         # The ACCELERATE_* / launcher variables, read once here and passed down (they override the keywords).
         environment = EngineEnvironment.from_env()
@@ -117,8 +118,10 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             fsdp_plugin = FullyShardedDataParallelPlugin()
         deepspeed_plugin, mixed_precision = choose_deepspeed_plugin(deepspeed_plugin, environment, fsdp_plugin,
                                                                     mixed_precision)
+        parallelism_config, fsdp_plugin = resolve_parallelism(parallelism_config, environment, fsdp_plugin,
+                                                              deepspeed_plugin)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
-                                      deepspeed_plugin=deepspeed_plugin,
+                                      deepspeed_plugin=deepspeed_plugin, parallelism_config=parallelism_config,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
                                       **init_kwargs)
         self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
@@ -426,8 +429,13 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if device_placement is None:
             device_placement = self.device_placement
         config = self.dataloader_config
+        shards, index = self.backend.data_shard()  # tensor-parallel processes share their batches
+        if config.dispatch_batches and shards != self.num_processes:
+            raise ValueError(f"dispatch_batches=True sends each process its own slice of rank 0's batch, but the "
+                             f"{self.num_processes} processes of this ParallelismConfig form {shards} data-parallel "
+                             "groups (tensor-parallel processes share batches): use dispatch_batches=False.")
         prepared = prepare_data_loader(
-            data_loader, self.device, num_processes=self.num_processes, process_index=self.process_index,
+            data_loader, self.device, num_processes=shards, process_index=index,
             split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
             slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
@@ -542,7 +550,14 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         except TypeError:
             all_tensors = False
         use_gather_object = use_gather_object or not all_tensors
-        data = operations.gather_object(input_data) if use_gather_object else operations.gather(input_data)
+        # Over the data-parallel processes only: tensor-parallel ones hold the same results (Accelerate gathers
+        # them all, counting each tensor-parallel group's samples tp_size times).
+        group = self.backend.data_parallel_group()
+        if group == "local":
+            data = input_data
+        else:
+            data = (operations.gather_object(input_data, group=group) if use_gather_object
+                    else operations.gather(input_data, group=group))
         if not self.gradient_state.end_of_dataloader:
             return data
         remainder = self.gradient_state.remainder

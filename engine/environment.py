@@ -147,8 +147,10 @@ class EngineEnvironment:
     # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND / ACCELERATE_FP8_OPT_LEVEL (raw text; its steps are
     # gradient_accumulation_steps).
     deepspeed: dict[str, str] = field(default_factory=dict)
-    # ParallelismConfig's sizes and backends as `accelerate launch` passes them: every PARALLELISM_CONFIG_* variable.
+    # ParallelismConfig's sizes and backends as `accelerate launch` passes them: every PARALLELISM_CONFIG_* variable;
+    # ACCELERATE_USE_PARALLELISM_CONFIG=true makes an Accelerator build one from them.
     parallelism: dict[str, str] = field(default_factory=dict)
+    use_parallelism_config: bool = False
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
 
     @classmethod
@@ -174,6 +176,7 @@ class EngineEnvironment:
             deepspeed={k: v for k, v in env.items() if k.startswith("ACCELERATE_DEEPSPEED_") or k in (
                 "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND", "ACCELERATE_FP8_OPT_LEVEL")},
             parallelism={k: v for k, v in env.items() if k.startswith("PARALLELISM_CONFIG_")},
+            use_parallelism_config=env.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true",
             cpu_bf16=env.get("EMBER_CPU_BF16"),
         )
 

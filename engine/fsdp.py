@@ -196,9 +196,18 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def holds_dtensors(model: torch.nn.Module) -> bool:
+    """Whether any parameter of ``model`` is a ``DTensor`` (FSDP2 shards, tensor parallelism, or both): its full
+    state must be gathered, and loads into it keep each rank's part."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
 def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str,
-                device: torch.device) -> torch.nn.Module:
-    """Shard ``model`` over every process: the plugin's units first, then the root; returns the same module.
+                device: torch.device, mesh: Any = None) -> torch.nn.Module:
+    """Shard ``model`` over every process (or over ``mesh``: a 2-D one is HSDP, replicas x shards): the plugin's
+    units first, then the root; returns the same module.
 
     Requires an initialised process group (``Accelerator`` made one). Works on CPU (gloo) and CUDA (nccl).
     """
@@ -209,9 +218,10 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("FSDP2 needs a process group: launch with `ember launch --nproc-per-node N` (or "
                            "torchrun) and create the Accelerator before preparing the model.")
-    from torch.distributed.device_mesh import init_device_mesh
+    if mesh is None:
+        from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": plugin.reshard_after_forward}
     policy = plugin.resolve_mixed_precision(mixed_precision)
     if policy is not None:
@@ -220,8 +230,8 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         # Pinned host memory only helps (and only exists) with a CUDA device to copy to.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     if plugin.sync_module_states:
-        _broadcast_from_rank0(model, device)
-    before = _Replaced({id(p): (weakref.ref(p), name) for name, p in model.named_parameters(remove_duplicate=False)})
+        broadcast_from_rank0(model, device)
+    before = getattr(model, _REPLACED_ATTR, None) or parameter_names(model)  # tensor parallelism replaced some
     for unit in plugin.units(model):
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
@@ -229,7 +239,18 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
     return model
 
 
-def _broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
+def parameter_names(model: torch.nn.Module) -> _Replaced:
+    """What ``retarget_optimizer`` needs to follow ``model``'s parameters once they are replaced (by
+    ``fully_shard`` or ``parallelize_module``): taken before the first replacement."""
+    return _Replaced({id(p): (weakref.ref(p), name) for name, p in model.named_parameters(remove_duplicate=False)})
+
+
+def remember_replaced(model: torch.nn.Module, before: _Replaced) -> None:
+    """Record that ``model``'s parameters named in ``before`` were replaced (see ``retarget_optimizer``)."""
+    setattr(model, _REPLACED_ATTR, before)
+
+
+def broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
     """Give every rank rank 0's parameters and buffers (one tensor at a time through ``device``)."""
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         if tensor.is_meta:
@@ -245,7 +266,7 @@ def _broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
 def retarget_optimizer(optimizer: torch.optim.Optimizer, models: Iterable[torch.nn.Module]) -> int:
     """Point ``optimizer`` at the sharded parameters that replaced the ones it was built with; returns how many.
 
-    ``fully_shard`` swaps every parameter for a new ``DTensor``, so an optimizer made before ``prepare`` would
+    ``fully_shard`` (and ``parallelize_module``) swaps parameters for new ``DTensor`` ones, so an optimizer made before ``prepare`` would
     otherwise update tensors the model no longer uses.
     """
     swaps: list[tuple[_Replaced, dict[str, torch.nn.Parameter]]] = []
@@ -263,7 +284,7 @@ def retarget_optimizer(optimizer: torch.optim.Optimizer, models: Iterable[torch.
                 continue
             if optimizer.state.get(param):
                 raise ValueError(f"The optimizer {type(optimizer).__name__} already holds state (it has stepped) for "
-                                 "parameters that FSDP2 sharded in prepare(); that state cannot be sharded. Create "
+                                 "parameters that prepare() sharded (FSDP2 / tensor parallelism); that state cannot be sharded. Create "
                                  "the optimizer, or at least step it, only after accelerator.prepare(model).")
             params[i] = new
             count += 1
@@ -278,7 +299,7 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = True) -> dict[str
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    if not is_sharded(model):
+    if not holds_dtensors(model):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if rank0_only:
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -293,7 +314,7 @@ def load_full_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tenso
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    if not is_sharded(model):
+    if not holds_dtensors(model):
         model.load_state_dict(dict(state), strict=strict)
         return
     set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))

@@ -11,6 +11,7 @@ import atexit
 import enum
 import gc
 import inspect
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -357,6 +358,18 @@ class PartialState:
         return self._run_if(self.local_process_index == local_process_index, function)
 
 
+def process_group_of_one(device: torch.device) -> None:
+    """Make a process group of size 1 when the launch made none (DeepSpeed, and a device mesh, need one even for
+    one process)."""
+    if dist.is_available() and dist.is_initialized():
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
 def _collect_before_exit() -> None:
     """Free unreachable objects (a finished Trainer, a DDP wrapper in a reference cycle) and destroy the process
     groups while the interpreter is still whole: left to interpreter shutdown, freeing a gloo process group that
@@ -376,6 +389,8 @@ class _AcceleratorRecord:
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
     deepspeed_plugin: Any = None
+    parallelism_config: Any = None
+    device_mesh: Any = None  # the ParallelismConfig's DeviceMesh (None without one, or when every size is 1)
 
 
 class AcceleratorState:
@@ -392,8 +407,8 @@ class AcceleratorState:
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  deepspeed_plugin: Any = None, fsdp_plugin: Any = None, megatron_lm_plugin: Any = None,
-                 _from_accelerator: bool = False, _environment: EngineEnvironment | None = None,
-                 **kwargs: Any) -> None:
+                 parallelism_config: Any = None, _from_accelerator: bool = False,
+                 _environment: EngineEnvironment | None = None, **kwargs: Any) -> None:
         if _environment is None and AcceleratorState._shared is not None:
             # A view of the built state only checks `cpu` against it: one variable, not the whole set.
             cpu = cpu or read_use_cpu()
@@ -411,7 +426,14 @@ class AcceleratorState:
                              "`accelerator = Accelerator()` before using any functionality from the "
                              "`AcceleratorState`.")
         precision = (mixed_precision or env.mixed_precision or "no").lower()
-        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin)
+        mesh = None
+        if parallelism_config is not None:  # before the record: a config that does not fit leaves no state behind
+            if parallelism_config.total_size == 1 and self._partial.num_processes > 1:
+                parallelism_config.dp_replicate_size = self._partial.num_processes  # plain DDP, as in Accelerate
+            parallelism_config.check_world(self._partial.num_processes)
+            mesh = parallelism_config.build_device_mesh(self._partial.device.type)
+        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin,
+                                                      parallelism_config, mesh)
         if fsdp_plugin is not None and self._partial.use_distributed:
             self._partial.distributed_type = DistributedType.FSDP
         if deepspeed_plugin is not None:  # also in one process: DeepSpeed runs its engine there too
@@ -470,6 +492,14 @@ class AcceleratorState:
     @property
     def deepspeed_plugin(self) -> Any:
         return self._record("deepspeed_plugin").deepspeed_plugin
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._record("parallelism_config").parallelism_config
+
+    @property
+    def device_mesh(self) -> Any:
+        return self._record("device_mesh").device_mesh
 
     @property
     def debug(self) -> bool:

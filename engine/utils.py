@@ -93,6 +93,12 @@ from engine.operations import (
     wait_for_everyone,
 )
 from engine.parallel import extract_model_from_parallel
+from engine.parallelism_config import (
+    DeepSpeedSequenceParallelConfig,
+    ParallelismConfig,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 from engine.profiler import ProfileKwargs
 from engine.random import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from engine.state import DistributedType
@@ -119,6 +125,7 @@ __all__ = [
     "DeepSpeedOptimizerWrapper",  # noqa: F822 - resolved lazily by __getattr__
     "DeepSpeedPlugin",
     "DeepSpeedSchedulerWrapper",  # noqa: F822 - resolved lazily by __getattr__
+    "DeepSpeedSequenceParallelConfig",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
@@ -130,9 +137,12 @@ __all__ = [
     "HfDeepSpeedConfig",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ParallelismConfig",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TorchContextParallelConfig",
+    "TorchTensorParallelConfig",
     "broadcast",
     "broadcast_object_list",
     "clear_device_cache",

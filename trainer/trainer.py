@@ -42,6 +42,7 @@ from trainer.module import TrainModule
 from trainer.optim import clip_gradients
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
+from trainer.strategies.model_parallel import ModelParallelStrategy
 from trainer.tools.compiling import take_compiled
 
 
@@ -117,13 +118,15 @@ class Trainer:
         elif config.deterministic:
             torch.use_deterministic_algorithms(True)
         self._loggers = lightning.loggers
-        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / DeepSpeedStrategy
+        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
+        if isinstance(self.strategy, ModelParallelStrategy):
+            self.strategy.setup(acc)  # the module's ("data_parallel", "tensor_parallel") mesh
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config, acc))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
-        self.plan = RunPlan(acc)
+        self.plan = RunPlan(acc, self.strategy)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
@@ -486,6 +489,7 @@ class Trainer:
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)
+        module._device_mesh = self.strategy.module_mesh if isinstance(self.strategy, ModelParallelStrategy) else None
         if datamodule is not None:
             datamodule._trainer_ref = weakref.ref(self)
         self.module, self.datamodule = module, datamodule

@@ -20,21 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from engine.backends.base import Backend, ModelsToSave
 from engine.checkpoint_io import CheckpointError, fsync_dir
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from engine.logging import get_logger
 from engine.optimizer import AcceleratedOptimizer
-from engine.state import AcceleratorState, DistributedType
+from engine.state import AcceleratorState, DistributedType, process_group_of_one
 
 TAG = "pytorch_model"  # Accelerate's tag for the first model: {folder}/pytorch_model/..., `latest` names it
 _NO_CONTEXT = contextlib.nullcontext()
@@ -132,7 +130,7 @@ class DeepSpeed(Backend):
         self.plugin = plugin
         self.engine: Any = None
         self._configured_steps: int | None = None  # the window a training loop set (configure_training)
-        _ensure_process_group(state)
+        process_group_of_one(state.device)  # DeepSpeed needs a process group even for one process
 
     # -- prepare ----------------------------------------------------------------------------------------------
     def configure_training(self, *, accumulation_steps: int, micro_batch_size: int | None, clip_value: float | None,
@@ -408,14 +406,3 @@ def _check_offload(config: Mapping[str, Any], optimizer: Any) -> None:
                          "config says \"zero_force_ds_cpu_optimizer\": false (then the torch optimizer steps on the "
                          "CPU copy). Set it in the config (plugin.deepspeed_config[\"zero_force_ds_cpu_optimizer\"] = "
                          "False), or pass deepspeed.ops.adam.DeepSpeedCPUAdam (a compiled op) as the optimizer.")
-
-
-def _ensure_process_group(state: AcceleratorState) -> None:
-    """DeepSpeed needs a process group even for one process: make one of size 1 when the launch made none."""
-    if dist.is_available() and dist.is_initialized():
-        return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    backend = "nccl" if state.device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
