@@ -147,6 +147,8 @@ class EngineEnvironment:
     # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND (raw text; its steps are gradient_accumulation_steps).
     deepspeed: dict[str, str] = field(default_factory=dict)
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
+    # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.fp8 where Accelerate does).
+    fp8: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -171,6 +173,7 @@ class EngineEnvironment:
             deepspeed={k: v for k, v in env.items() if k.startswith("ACCELERATE_DEEPSPEED_") or k in (
                 "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND")},
             cpu_bf16=env.get("EMBER_CPU_BF16"),
+            fp8={k: v for k, v in env.items() if k.startswith("ACCELERATE_FP8_")},
         )
 
 
