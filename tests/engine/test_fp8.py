@@ -172,6 +172,18 @@ def test_losses_equal_accelerates_and_every_layer_trains() -> None:
     assert recorded["accelerator_fp8_info"]["max_abs_change_after_training"]["2.weight"] == 0.0
     initial = mlp().state_dict()
     assert all(not torch.equal(value, initial[name]) for name, value in acc.get_state_dict(model).items())
+    seen: dict[str, str] = {}
+
+    def record(name: str) -> Any:
+        def hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:  # None: the output is kept
+            seen[name] = f"{inputs[0].dtype}->{output.dtype}"
+        return hook
+
+    for name, layer in model.named_modules():
+        if isinstance(layer, nn.Linear):  # inside the bf16 autocast: fp32 in at the first layer, bf16 after
+            layer.register_forward_hook(record(name))
+    assert model(data()[0][0]).dtype == torch.float32
+    assert seen == recorded["accelerator_fp8_info"]["linear_dtypes_in_forward"]
     # fp8 against fp32, per step count: within 1e-3 at the first step, 1e-2 over the 12 (measured 6.4e-3).
     assert max_rel(losses[:1], recorded["fp32"][:1]) < 1e-3
     assert max_rel(losses, recorded["fp32"]) < 1e-2
