@@ -306,6 +306,7 @@ class Fp8Training(NoFp8):
         """Point ``optimizer`` (built before ``prepare``) at the converted weights; under FSDP2 with the float8
         all-gather, have its steps precompute the scales of the models it trains (once per model)."""
         inner = getattr(optimizer, "optimizer", optimizer)
+        names: dict[int, dict[str, Any]] = {}  # per model: its parameters now, by name without checkpoint wrappers
         for group in inner.param_groups:
             params = group["params"]
             for i, param in enumerate(params):
@@ -316,8 +317,9 @@ class Fp8Training(NoFp8):
                     raise ValueError(f"The optimizer {type(inner).__name__} already holds state (it has stepped) for "
                                      f"{entry[2]!r}, which mixed_precision='fp8' replaced in prepare(): build or "
                                      "step the optimizer only after accelerator.prepare(model).")
-                current = {clean_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
-                params[i] = current[entry[2]]
+                if id(model) not in names:
+                    names[id(model)] = {clean_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
+                params[i] = names[id(model)][entry[2]]
         if self.fsdp and self.recipe.config.enable_fsdp_float8_all_gather:
             self._hook_scales(inner)
 
