@@ -34,6 +34,7 @@ from engine.config import (
 )
 from engine.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
 from engine.environment import EngineEnvironment
+from engine.fp8 import AORecipeKwargs, Fp8Training
 from engine.keywords import suggest_keywords
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import extract_model_from_parallel, unwrap
@@ -149,8 +150,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
         precision = self.state.mixed_precision
         check_autocast_support(self.device, precision, environment.cpu_bf16)
-        self.native_amp = precision in ("fp16", "bf16")
+        self.native_amp = precision in ("fp16", "bf16", "fp8")  # fp8: float8 matrix products in a bf16 autocast
         self.scaler = make_grad_scaler(self.device, precision, self.scaler_handler)
+        self.fp8 = Fp8Training.create(precision, handlers.get(AORecipeKwargs), environment, self.is_fsdp2)
 
         self.step = 0
         self.flag_tensor: torch.Tensor | None = None
@@ -165,7 +167,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
     @staticmethod
     def _sort_kwargs_handlers(handlers: list[KwargsHandler]) -> dict[type, Any]:
         known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs,
-                 ProfileKwargs)
+                 ProfileKwargs, AORecipeKwargs)
         found: dict[type, Any] = {}
         for handler in handlers:
             kind = next((k for k in known if isinstance(handler, k)), None)
@@ -382,6 +384,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
         if device_placement is None:
             device_placement = self.device_placement and self.backend.places_models
+        model = self.fp8.convert(model, self._optimizers)  # fp8: Float8Linear layers, before any wrapper
         self._models.append(model)
         if self.native_amp:
             wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
@@ -401,6 +404,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             return optimizer
         if device_placement is None:
             device_placement = self.device_placement
+        self.fp8.link(optimizer)  # fp8: to the converted weights first, which a backend may then replace in turn
         self.backend.prepare_optimizer(optimizer, self._models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.device)

@@ -256,6 +256,9 @@ class DeepSpeedPlugin:
     def set_mixed_precision(self, mixed_precision: str) -> str:
         """Add the ``bf16`` / ``fp16`` sections for the Accelerator's precision; returns the precision the config
         really trains in (the config wins, as in Accelerate)."""
+        if mixed_precision == "fp8":  # Accelerate's DeepSpeed fp8 goes through TransformerEngine / MS-AMP (GPU-only)
+            raise ValueError("mixed_precision='fp8' is not supported with DeepSpeed by Ember: fp8 (torchao) runs in "
+                             "one process, with DDP or with FSDP2 (FullyShardedDataParallelPlugin). Use 'bf16' here.")
         config = self.deepspeed_config
         for section, name in (("fp16", "fp16"), ("bf16", "bf16")):
             other = "bf16" if section == "fp16" else "fp16"

@@ -152,6 +152,8 @@ class EngineEnvironment:
     parallelism: dict[str, str] = field(default_factory=dict)
     use_parallelism_config: bool = False
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
+    # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.fp8 where Accelerate does).
+    fp8: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -178,6 +180,7 @@ class EngineEnvironment:
             parallelism={k: v for k, v in env.items() if k.startswith("PARALLELISM_CONFIG_")},
             use_parallelism_config=env.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true",
             cpu_bf16=env.get("EMBER_CPU_BF16"),
+            fp8={k: v for k, v in env.items() if k.startswith("ACCELERATE_FP8_")},
         )
 
 

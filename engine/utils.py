@@ -1,7 +1,8 @@
 """Accelerate's ``accelerate.utils`` names that exist in Ember, in one place: port ``from accelerate.utils import X``
 by changing the package name.
 
-Everything here is a re-export; each name lives in the engine module that owns it.
+Everything here is a re-export; each name lives in the engine module that owns it. One name is Ember's own:
+``apply_activation_checkpointing`` (``engine.activation_checkpointing``).
 
 >>> from engine.utils import gather, set_seed, is_torch_version, DistributedType
 >>> set_seed(0)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.activation_checkpointing import apply_activation_checkpointing
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -29,6 +31,7 @@ from engine.config import (
 )
 from engine.deepspeed_config import HfDeepSpeedConfig
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from engine.fp8 import AORecipeKwargs, FP8BackendType, FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from engine.imports import (
     compare_versions,
     is_aim_available,
@@ -61,6 +64,7 @@ from engine.imports import (
     is_timm_available,
     is_torch_version,
     is_torch_xla_available,
+    is_torchao_available,
     is_torchdata_available,
     is_torchvision_available,
     is_trackio_available,
@@ -119,6 +123,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AORecipeKwargs",
     "AutocastKwargs",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
@@ -131,18 +136,23 @@ __all__ = [
     "DistributedType",
     "DummyOptim",
     "DummyScheduler",
+    "FP8BackendType",
+    "FP8RecipeKwargs",
     "FullyShardedDataParallelPlugin",  # noqa: F822 - resolved lazily by __getattr__
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "HfDeepSpeedConfig",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "MSAMPRecipeKwargs",
     "ParallelismConfig",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TERecipeKwargs",
     "TorchContextParallelConfig",
     "TorchTensorParallelConfig",
+    "apply_activation_checkpointing",
     "broadcast",
     "broadcast_object_list",
     "clear_device_cache",
@@ -187,6 +197,7 @@ __all__ = [
     "is_timm_available",
     "is_torch_version",
     "is_torch_xla_available",
+    "is_torchao_available",
     "is_torchdata_available",
     "is_torchvision_available",
     "is_trackio_available",

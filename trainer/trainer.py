@@ -62,8 +62,8 @@ class Trainer:
         max_time: stop after this long in ``fit`` (``"DD:HH:MM:SS"``, a timedelta, a dict or seconds).
         accumulate_grad_batches: batches per optimizer step (the last batch of an epoch always steps).
         gradient_clip_val / gradient_clip_algorithm: clip gradients before each step (``"norm"`` or ``"value"``).
-        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` or Lightning's ``"32"``, ``"16-mixed"``,
-            ``"bf16-mixed"``.
+        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` / ``"fp8"`` (torchao's float8 layers in a
+            bf16 autocast, as the engine's) or Lightning's ``"32"``, ``"16-mixed"``, ``"bf16-mixed"``.
         val_check_interval: validate every N training batches (int) or fraction of the epoch (float).
         check_val_every_n_epoch: validate in every N-th epoch; ``None`` counts ``val_check_interval`` batches
             across epochs.
@@ -537,8 +537,10 @@ class Trainer:
 
     @property
     def precision(self) -> str:
-        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``."""
-        return {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(self.accelerator.mixed_precision, "32-true")
+        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``
+        (``"fp8"``: the engine's torchao fp8, which Lightning does not have)."""
+        names = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp8": "fp8"}
+        return names.get(self.accelerator.mixed_precision, "32-true")
 
     @property
     def logger(self) -> Any:
