@@ -10,10 +10,12 @@ DEFAULT_MAX_EPOCHS = 1000
 
 # Lightning precision strings -> the engine's mixed_precision values.
 _PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16": "fp16", "fp16": "fp16",
-              "bf16-mixed": "bf16", "bf16": "bf16"}
+              "bf16-mixed": "bf16", "bf16": "bf16", "fp8": "fp8"}
 # Lightning's true precisions: the parameters and floating inputs are in this dtype (no autocast).
 _TRUE_PRECISION = {"64": "float64", "64-true": "float64", "16-true": "float16",
                    "bf16-true": "bfloat16"}
+# Lightning's fp8 precisions run NVIDIA TransformerEngine (GPU-only); Ember's fp8 is torchao's (engine.fp8).
+_TRANSFORMER_ENGINE = ("transformer-engine", "transformer-engine-float16")
 
 
 def is_int(value: Any) -> bool:
@@ -70,6 +72,10 @@ def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
         if name == "precision" and key in _TRUE_PRECISION:
             values.append((name, value, "no"))
             continue
+        if key in _TRANSFORMER_ENGINE:
+            raise ValueError(f"Trainer({name}={value!r}) needs NVIDIA TransformerEngine, a GPU-only package Ember "
+                             "does not use. Ember trains in fp8 through torchao: Trainer(precision='fp8') "
+                             '(pip install "ember-train[fp8]"); see "Big models" in the README.')
         if key not in _PRECISION:
             choices = sorted(set(_PRECISION) | (set(_TRUE_PRECISION) if name == "precision" else set()))
             raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of {choices}.")

@@ -52,6 +52,7 @@ from trainer.optim import clip_gradients
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
 from trainer.states import TrainerFn, TrainerStatus
+from trainer.strategies.model_parallel import ModelParallelStrategy
 from trainer.tools.compiling import take_compiled
 from trainer.utilities.rank_zero import rank_zero_info
 
@@ -72,8 +73,8 @@ class Trainer:
         max_time: stop after this long in ``fit`` (``"DD:HH:MM:SS"``, a timedelta, a dict or seconds).
         accumulate_grad_batches: batches per optimizer step (the last batch of an epoch always steps).
         gradient_clip_val / gradient_clip_algorithm: clip gradients before each step (``"norm"`` or ``"value"``).
-        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` or Lightning's ``"32"``, ``"16-mixed"``,
-            ``"bf16-mixed"``.
+        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` / ``"fp8"`` (torchao's float8 layers in a
+            bf16 autocast, as the engine's) or Lightning's ``"32"``, ``"16-mixed"``, ``"bf16-mixed"``.
         val_check_interval: validate every N training batches (int) or fraction of the epoch (float).
         check_val_every_n_epoch: validate in every N-th epoch; ``None`` counts ``val_check_interval`` batches
             across epochs.
@@ -133,13 +134,17 @@ class Trainer:
         elif config.deterministic:
             torch.use_deterministic_algorithms(True)
         self._loggers = lightning.loggers
-        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / DeepSpeedStrategy
+        # log_with= asked for trackers (fast_dev_run starts none): trainer.loggers is then Lightning's DummyLogger.
+        self._trackers_asked = lightning.log_with not in (UNSET, None, False, "", [], ())
+        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
+        if isinstance(self.strategy, ModelParallelStrategy):
+            self.strategy.setup(acc)  # the module's ("data_parallel", "tensor_parallel") mesh
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
-        self.plan = RunPlan(acc)
+        self.plan = RunPlan(acc, self.strategy)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
@@ -214,12 +219,19 @@ class Trainer:
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
-        folder = restore(self.accelerator, resume, "fit")
+        module = self.attached.module
+        assert module is not None
+        folder = restore(self.accelerator, resume, "fit", module)
         self.plan.line_up_loaders(self.state)
         self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")
+        reached = self.stop.already_reached(self.config)
+        if reached is not None:  # Lightning only says "`Trainer.fit` stopped: `max_epochs=2` reached." (so does fit)
+            where, keyword = reached
+            self.accelerator.print(f"fit(ckpt_path={resume.ckpt_path!r}): the run already reached {where}; nothing "
+                                   f"to train. Raise {keyword} to train further.")
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
@@ -244,7 +256,7 @@ class Trainer:
                 plan.set_epoch(state.epoch)
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
-                every, world = self.config.log_every_n_steps, self._world
+                every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs
                 loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
@@ -463,7 +475,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, "predict")
             results = self.evaluation.predict(hooks, return_predictions)
         if return_predictions is False:
             return None
@@ -477,7 +489,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:  # the module's weights only: optimizers and data do not matter
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, kind)
             self.trackers.start((self.module, self.datamodule))
             results = self.evaluation.run(kind, hooks)
         if verbose and self.accelerator.is_main_process:
@@ -513,6 +525,7 @@ class Trainer:
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)
+        module._device_mesh = self.strategy.module_mesh if isinstance(self.strategy, ModelParallelStrategy) else None
         if datamodule is not None:
             datamodule._trainer_ref = weakref.ref(self)
         self.module, self.datamodule = module, datamodule
@@ -566,12 +579,13 @@ class Trainer:
     @property
     def loggers(self) -> list[Any]:
         """Lightning-style loggers (``trainer.loggers``): the given ones, or views of the running trackers."""
-        return logger_views(self._loggers, self.accelerator.trackers, bool(self.config.fast_dev_run))
+        return logger_views(self._loggers, self.accelerator.trackers, bool(self.config.fast_dev_run),
+                            self._trackers_asked)
 
     @property
     def precision(self) -> str:
         """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
-        ``"64-true"``, ``"bf16-true"``..."""
+        ``"64-true"``, ``"bf16-true"``... (``"fp8"``: the engine's torchao fp8, which Lightning does not have)."""
         return precision_name(self.config, self.accelerator)
 
     @property

@@ -57,15 +57,15 @@ def test_the_trainer_trains_and_resumes_exactly_under_deepspeed(tmp_path: Path, 
     full = launch(SCRIPT, run, tmp_path / "full")
     assert full["global_step"] == 8 and full["world_size"] == 2
     assert full["precision"] == ("32-true" if precision == "32" else "bf16-mixed")
-    first = full["checkpoints"]["epoch=0-step=4"]
+    first = full["checkpoints"]["epoch=0-step=4.ckpt"]
     assert {"latest", "manifest.json", "zero_to_fp32.py", "custom_checkpoint_0.pkl"} <= set(first)
     assert any(name.startswith("pytorch_model/") for name in first)
-    checkpoint = tmp_path / "full" / "checkpoints" / "epoch=0-step=4"
+    checkpoint = tmp_path / "full" / "checkpoints" / "epoch=0-step=4.ckpt"
     resumed = launch(SCRIPT, {**run, "ckpt_path": str(checkpoint)}, tmp_path / "resumed")
     assert resumed["sha256"] == full["sha256"], "a resumed DeepSpeed run must end bitwise where the full one did"
     assert resumed["losses"] == full["losses"][8:]
     if strategy == "deepspeed_stage_3":  # the full weights, joined from the partitions, load without DeepSpeed
-        final = tmp_path / "full" / "checkpoints" / "epoch=1-step=8"
+        final = tmp_path / "full" / "checkpoints" / "epoch=1-step=8.ckpt"
         loaded = _load_from_checkpoint(final)
         assert loaded == {name: value[2] for name, value in full["weights"].items()}  # the sums
 

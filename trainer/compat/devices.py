@@ -14,7 +14,7 @@ from engine import Accelerator
 from engine.environment import read_launch
 
 # The engine's mixed_precision -> Lightning's name for it; true (whole-model) precisions are named by dtype.
-_MIXED_NAMES = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp8": "transformer-engine"}
+_MIXED_NAMES = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp8": "fp8"}
 _TRUE_NAMES = {"float64": "64-true", "float16": "16-true", "bfloat16": "bf16-true"}
 
 

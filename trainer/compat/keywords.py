@@ -87,12 +87,14 @@ class LightningChoices:
             launch_and_exit(self.processes, self.cpu, precision, self.strategy_kind == "fsdp")
 
 
-def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False) -> list[Logger]:
+def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False,
+                 trackers_asked: bool = False) -> list[Logger]:
     """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started; under
-    ``fast_dev_run`` (which logs nothing) one ``DummyLogger`` where there would have been loggers, as in Lightning."""
+    ``fast_dev_run`` (which logs nothing) one ``DummyLogger`` where there would have been loggers (given ones, or
+    trackers asked for with ``log_with``), as in Lightning."""
     views = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
     if fast_dev_run:
-        return [DummyLogger()] if loggers else []
+        return [DummyLogger()] if loggers or trackers_asked else []
     return views
 
 
@@ -146,8 +148,10 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
         log_with, loggers = unset, []  # an Accelerator was given: the trackers set on it (its log_with) log
     else:
         log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
-    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy)
     processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
+    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes))
+    if kind == "model_parallel":
+        strategy.check_precision(config.precision)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
                          "always shards each loader across the processes (every sample seen once, promise 8). "
