@@ -173,7 +173,8 @@ class TrainerConfig:
             param_dtype=checks.true_precision(self.precision), val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,
             overfit_batches=overfit,
-            log_every_n_steps=checks.check_count("log_every_n_steps", self.log_every_n_steps, 1, False) or 1,
+            log_every_n_steps=0 if self.barebones else (  # Lightning's barebones: 0, nothing is logged
+                checks.check_count("log_every_n_steps", self.log_every_n_steps, 1, False) or 1),
             enable_checkpointing=bool(switches["enable_checkpointing"]),
             enable_progress_bar=bool(switches["enable_progress_bar"]),
             enable_model_summary=bool(switches["enable_model_summary"]),
@@ -202,8 +203,15 @@ class TrainerConfig:
         conflicts = {k: v for k, v in given.items() if v not in (None, False, 0) and v is not off[k]}
         if self.logger not in (None, False):
             conflicts["logger"] = self.logger
+        # log_every_n_steps: 50 is also the dataclass default, so only another value is known to be asked for.
+        if self.log_every_n_steps not in (None, 0, 50):
+            conflicts["log_every_n_steps"] = self.log_every_n_steps
+        if self.fast_dev_run:
+            conflicts["fast_dev_run"] = self.fast_dev_run
         if self.detect_anomaly:
             conflicts["detect_anomaly"] = True
+        if self.profiler is not None:
+            conflicts["profiler"] = self.profiler
         if conflicts:
             name, value = next(iter(conflicts.items()))
             raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed: barebones turns {name} off. "

@@ -95,6 +95,16 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         self._trainer_ref = None if trainer is None else weakref.ref(trainer)
 
     @property
+    def _trainer(self) -> ModuleHost | None:
+        """Lightning's ``module._trainer``: the attached trainer or ``None`` (code and tests written for Lightning
+        assign it to attach a module by hand, e.g. to call ``self.log`` outside a run)."""
+        return self._attached_trainer()
+
+    @_trainer.setter
+    def _trainer(self, trainer: ModuleHost | None) -> None:
+        self._trainer_ref = None if trainer is None else weakref.ref(trainer)
+
+    @property
     def accelerator(self) -> Accelerator:
         """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
         return self.trainer.accelerator

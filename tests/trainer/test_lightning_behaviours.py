@@ -45,6 +45,27 @@ def test_barebones_says_so_and_logs_nothing(caplog: pytest.LogCaptureFixture) ->
     with pytest.warns(UserWarning, match=r"`self.log\('train/loss', ...\)` but `Trainer\(barebones=True\)` is "):
         trainer.fit(Regressor(), data(n=8))
     assert trainer.callback_metrics == {}
+    assert trainer.barebones and trainer.log_every_n_steps == 0  # Lightning 2.6.6: True, 0
+
+
+@pytest.mark.parametrize("keyword", [{"log_every_n_steps": 1}, {"fast_dev_run": 1}, {"profiler": "simple"},
+                                     {"detect_anomaly": True}, {"enable_checkpointing": True}])
+def test_barebones_refuses_what_it_turns_off(keyword: dict[str, Any]) -> None:
+    # Lightning 2.6.6 raises a ValueError starting "`Trainer(barebones=True, log_every_n_steps=1)` was passed."
+    (name, value), = keyword.items()
+    with pytest.raises(ValueError, match=rf"`Trainer\(barebones=True, {name}={value!r}\)` was passed"):
+        Trainer(barebones=True, **keyword)
+
+
+def test_a_module_attached_by_hand_logs_through_its_trainer() -> None:
+    # Lightning's module._trainer = trainer attaches a module outside a run: under barebones its self.log warns.
+    module = Regressor()
+    module._trainer = Trainer(barebones=True)
+    assert module.trainer is module._trainer
+    with pytest.warns(UserWarning, match=r"barebones=True\)` is configured"):
+        module.log("foo", 1.0)
+    module._trainer = None
+    assert module._trainer is None
 
 
 @pytest.mark.parametrize("name, value, meaning", [

@@ -136,7 +136,8 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "limit_predict_batches": ConfigField(),
     "fast_dev_run": ConfigField(),
     "overfit_batches": ConfigField(),
-    "log_every_n_steps": ConfigField(),
+    "log_every_n_steps": ConfigField(),  # 0 under barebones, as in Lightning
+    "barebones": ConfigField(),
     "enable_checkpointing": ConfigField(),
     "on_nonfinite_loss": ConfigField(),
     "preemption_exit_code": ConfigField(),
