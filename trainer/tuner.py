@@ -85,39 +85,40 @@ class Tuner:
         for name, value in (("min_lr", min_lr), ("max_lr", max_lr)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"lr_find({name}=...) must be a number > 0. Received: {value!r}.")
-        if min_lr >= max_lr:
-            raise ValueError(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): min_lr must be below max_lr; swap them "
-                             "or widen the range (e.g. min_lr=1e-8, max_lr=1).")
-        if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 2:
-            raise ValueError(f"lr_find(num_training=...) must be an int >= 2. Received: {num_training!r}.")
+        # As Lightning: min_lr above max_lr sweeps downwards; num_training=1 gives one point (no suggestion).
+        if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 1:
+            raise ValueError(f"lr_find(num_training=...) must be an int >= 1. Received: {num_training!r}.")
         if mode not in MODES:
             raise ValueError(f"lr_find(mode=...) must be one of {list(MODES)}. Received: {mode!r}.")
         if early_stop_threshold is not None and not early_stop_threshold > 1:
             raise ValueError("lr_find(early_stop_threshold=...) must be a number > 1 or None. Received: "
                              f"{early_stop_threshold!r}.")
-        target = self._lr_target(module, attr_name) if update_attr else None
+        targets = self._lr_targets(module, datamodule, attr_name) if update_attr else []
         finder = LRFinder(float(min_lr), float(max_lr), num_training, mode)
         with self._restored(module):
             trainer = self._search_trainer(max_steps=num_training, callbacks=[LRSweep(finder, early_stop_threshold)])
             trainer.fit(module, train_dataloaders, datamodule=datamodule)
         suggestion = finder.suggestion()
-        if target is not None and suggestion is not None:
-            owner, name = target
-            _assign(owner, name, suggestion)
+        if targets and suggestion is not None:
+            for owner, name in targets:  # every holder of the name, as Lightning's lightning_setattr
+                _assign(owner, name, suggestion)
             self.trainer.accelerator.print(f"Learning rate set to {suggestion:.6g}")
         return finder
 
     @staticmethod
-    def _lr_target(module: TrainModule, attr_name: str) -> tuple[Any, str]:
+    def _lr_targets(module: TrainModule, datamodule: DataModule | None, attr_name: str) -> list[tuple[Any, str]]:
+        """Where the suggestion goes: the first of ``attr_name`` (or ``lr`` / ``learning_rate``) found on the module
+        or its hparams, then the data module, written to each of them that holds it (attribute and hparams)."""
         names = (attr_name,) if attr_name else LR_NAMES
-        for owner in (module, module.hparams):
-            for name in names:
-                if _has(owner, name):
-                    return owner, name
-        raise AttributeError(f"lr_find(update_attr=True) writes the suggestion to {type(module).__name__}."
-                             f"{' or .'.join(names)} (or the same key of its hparams), and it has none: add the "
-                             "attribute and read it in configure_optimizers, pass attr_name=..., or "
-                             "update_attr=False and use finder.suggestion() yourself.")
+        holders = [module, module.hparams] + ([datamodule, datamodule.hparams] if datamodule is not None else [])
+        for name in names:
+            found = [(owner, name) for owner in holders if _has(owner, name)]
+            if found:
+                return found
+        raise AttributeError(f"When using the learning rate finder either specify `attr_name` or make sure that the "
+                             f"model or datamodule should have one of these fields: {list(names)}. "
+                             f"{type(module).__name__} has none: add the attribute and read it in "
+                             "configure_optimizers, or pass update_attr=False and use finder.suggestion() yourself.")
 
     # -- batch size ------------------------------------------------------------------------------------------
     @accepts_model

@@ -22,6 +22,8 @@ import torch
 
 from callbacks import Callback
 from callbacks.protocols import TrainerView
+from trainer.loop.schedulers import SchedulerStepper
+from trainer.utilities.exceptions import MisconfigurationException
 
 MODES = ("exponential", "linear")
 
@@ -102,6 +104,15 @@ class LRSweep(Callback):
         self.beta = beta
         self._average = 0.0
         self._best = math.inf
+
+    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        optimizers = trainer.optimizers
+        if len(optimizers) != 1:
+            raise MisconfigurationException(f"`model.configure_optimizers()` returned {len(optimizers)}, but learning "
+                                            "rate finder only works with single optimizer")
+        # The sweep owns the learning rate: the module's schedulers do not step during the search (Lightning
+        # swaps them for its sweep), so a plateau scheduler waiting for a validation metric does not fail.
+        trainer.schedulers = SchedulerStepper([], lambda scheduler, metric: None, trainer.metric_logger)
 
     def on_before_optimizer_step(self, trainer: TrainerView, module: torch.nn.Module,
                                  optimizer: torch.optim.Optimizer) -> None:
