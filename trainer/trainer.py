@@ -324,8 +324,10 @@ class Trainer:
             loss = outputs if usual else loss_of(outputs)
             if batch_idx % k == 0:  # a window's first batch: zero the gradients here, as Lightning 2.6 does
                 self._zero_grad(batch_idx)
-            if loss is None:
-                return outputs, None  # Lightning: returning None skips this batch's backward and step
+            if loss is None:  # Lightning: returning None skips this batch's backward; the window's optimizer
+                if sync:  # step still runs (on what earlier batches accumulated) and counts
+                    self._optimizer_step(batch_idx, None)
+                return outputs, None
             if self.loss_check.active:
                 self.loss_check.record(loss, batch_idx)
             self.backward(loss)
@@ -364,7 +366,8 @@ class Trainer:
         """What ``module.optimizers()`` returns: the prepared optimizers (wrapped under manual optimisation)."""
         return self.plan.module_optimizers
 
-    def _optimizer_step(self, batch_idx: int, loss: torch.Tensor) -> None:
+    def _optimizer_step(self, batch_idx: int, loss: torch.Tensor | None) -> None:
+        """Clip, step and count (``loss`` None: the batch's ``training_step`` returned None)."""
         hooks, plan, state, config = self._hooks, self.plan, self.state, self.config
         module = self.attached.module
         assert hooks is not None and module is not None
@@ -374,14 +377,17 @@ class Trainer:
             return
         for hook in hooks.overriders["on_before_optimizer_step"]:
             hook(optimizer)
-        if plan.custom_clipping:
+        # Lightning's 16-mixed does not step the grad scaler after a skipped backward (the step still counts).
+        if loss is None and getattr(optimizer, "scaler", None) is not None:
+            pass
+        elif plan.custom_clipping:
             module.configure_gradient_clipping(optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
         elif plan.clip:
             clip_gradients(self.accelerator, optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
         # The module's optimizer_step / optimizer_zero_grad are only called when overridden (a call saved per step).
         if plan.custom_optimizer_step:
             module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
-        else:
+        elif loss is not None or getattr(optimizer, "scaler", None) is None:
             optimizer.step()
         state.global_step += 1
         if self.schedulers.per_step and not getattr(optimizer, "step_was_skipped", False):

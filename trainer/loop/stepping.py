@@ -51,9 +51,10 @@ def loss_of(outputs: Any) -> torch.Tensor | None:
 
 
 def detached(outputs: Any, loss: torch.Tensor | None) -> Any:
-    """What the batch-end hooks get, as in Lightning: the step's outputs as a dict whose tensors are detached."""
+    """What the batch-end hooks get, as in Lightning: the step's outputs as a dict whose tensors are detached
+    (``{}`` for a step that returned ``None``)."""
     if outputs is None:
-        return None
+        return {}
     if isinstance(outputs, torch.Tensor):
         return {"loss": (loss if loss is not None else outputs).detach()}
     if isinstance(outputs, dict):

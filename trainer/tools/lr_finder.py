@@ -123,8 +123,12 @@ class LRSweep(Callback):
     def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step  # optimizer steps done, this one included
-        if step == len(self.finder.results["lr"]) or not isinstance(outputs, dict) or "loss" not in outputs:
-            return  # mid accumulation window (no step yet), or a skipped batch
+        if step == len(self.finder.results["lr"]):
+            return  # mid accumulation window: no step yet
+        if not isinstance(outputs, dict) or "loss" not in outputs:  # training_step returned None: a NaN point,
+            self.finder.results["lr"].append(self.finder.lr_at(step - 1))  # which the suggestion leaves out
+            self.finder.results["loss"].append(math.nan)
+            return
         loss = outputs["loss"].detach().float().reshape(())
         if trainer.world_size > 1:  # every process records (and decides on) the same curve
             loss = trainer.accelerator.reduce(loss, "mean")
