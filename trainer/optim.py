@@ -81,8 +81,9 @@ class NoOptimizer(torch.optim.Optimizer):
         return "No Optimizer"
 
 
-def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    """Optimizers and scheduler configs from what ``configure_optimizers`` returned.
+def parse_optimizers(conf: Any, manual: bool = False) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+    """Optimizers and scheduler configs from what ``configure_optimizers`` returned (``manual``: the module steps
+    its schedulers itself, so ``monitor`` / ``strict`` / ``reduce_on_plateau`` are ignored with a warning).
 
     Example:
         >>> model = torch.nn.Linear(2, 1)
@@ -104,17 +105,17 @@ def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[Sched
     if _is_optimizer(conf):
         optimizers, configs = [conf], []
     elif isinstance(conf, Mapping):
-        optimizers, configs = _from_dict(conf)
+        optimizers, configs = _from_dict(conf, manual)
     elif _is_two_lists(conf):
         optimizers = list(conf[0])
-        configs = [_scheduler_config(s, None) for s in conf[1]]
+        configs = [_scheduler_config(s, None, manual) for s in conf[1]]
     elif isinstance(conf, Sequence) and not isinstance(conf, str) and conf and all(_is_optimizer(o) for o in conf):
         optimizers, configs = list(conf), []
     elif isinstance(conf, Sequence) and not isinstance(conf, str) and conf and all(isinstance(d, Mapping)
                                                                                   for d in conf):
         optimizers, configs = [], []
         for item in conf:
-            opts, scheds = _from_dict(item)
+            opts, scheds = _from_dict(item, manual)
             optimizers += opts
             configs += scheds
     else:
@@ -134,7 +135,8 @@ def parse_optimizers(conf: Any) -> tuple[list[torch.optim.Optimizer], list[Sched
     return optimizers, configs
 
 
-def _from_dict(conf: Mapping[str, Any]) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
+def _from_dict(conf: Mapping[str, Any], manual: bool = False) -> tuple[list[torch.optim.Optimizer],
+                                                                      list[SchedulerConfig]]:
     unknown = set(conf) - _OPTIMIZER_KEYS
     if unknown:  # Lightning warns and ignores them
         warnings.warn(f"Found unsupported keys in the optimizer configuration: {set(unknown)}. They are ignored; "
@@ -144,11 +146,18 @@ def _from_dict(conf: Mapping[str, Any]) -> tuple[list[torch.optim.Optimizer], li
                                    f"dict without 'optimizer' (keys: {sorted(conf)}): add "
                                    "{'optimizer': torch.optim.<Optimizer>(...)}.")
     scheduler = conf.get("lr_scheduler")
-    configs = [] if scheduler is None else [_scheduler_config(scheduler, conf.get("monitor"))]
+    configs = [] if scheduler is None else [_scheduler_config(scheduler, conf.get("monitor"), manual)]
     return [conf["optimizer"]], configs
 
 
-def _scheduler_config(item: Any, monitor: str | None) -> SchedulerConfig:
+def _scheduler_config(item: Any, monitor: str | None, manual: bool = False) -> SchedulerConfig:
+    if isinstance(item, Mapping) and manual:
+        ignored = [key for key in item if key in ("reduce_on_plateau", "monitor", "strict")]
+        if ignored:  # Lightning's text: the module steps its schedulers itself under manual optimisation
+            warnings.warn(f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You "
+                          "need to call `lr_scheduler.step()` manually in manual optimization.", RuntimeWarning,
+                          stacklevel=5)
+        item = {key: value for key, value in item.items() if key not in ignored}
     if isinstance(item, Mapping):
         unknown = set(item) - _SCHEDULER_KEYS
         if unknown:  # Lightning warns and ignores them
@@ -177,7 +186,7 @@ def _scheduler_config(item: Any, monitor: str | None) -> SchedulerConfig:
                       "'interval': 'step'?", RuntimeWarning, stacklevel=5)
     if not isinstance(config.frequency, int) or isinstance(config.frequency, bool) or config.frequency < 1:
         raise ValueError(f"lr_scheduler 'frequency' must be a positive int. Received: {config.frequency!r}.")
-    if config.reduce_on_plateau and config.monitor is None:
+    if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
             f"`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used "
             f"({type(scheduler).__name__} needs a metric to watch): return {{'optimizer': opt, 'lr_scheduler': "

@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class LightningEnum(str, Enum):
@@ -85,4 +87,38 @@ class RunningStage(LightningEnum):
         return self.value
 
 
-__all__ = ["LightningEnum", "RunningStage", "TrainerFn", "TrainerStatus"]
+@dataclass
+class TrainerState:
+    """Lightning's ``TrainerState``: ``status``, ``fn`` and ``stage`` of a run. It compares equal to a trainer's
+    ``trainer.state`` holding the same three (Ember's stage ``"idle"`` between runs is Lightning's ``None``).
+
+    Example:
+        >>> TrainerState() == TrainerState(status=TrainerStatus.INITIALIZING, fn=None, stage=None)
+        True
+        >>> TrainerState(status=TrainerStatus.FINISHED).finished
+        True
+    """
+
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+    fn: TrainerFn | None = None
+    stage: RunningStage | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        return self.status.stopped
+
+    def __eq__(self, other: object) -> bool:
+        if not all(hasattr(other, name) for name in ("status", "fn", "stage")):
+            return NotImplemented
+        theirs: Any = other
+        stage = None if theirs.stage == "idle" else theirs.stage
+        return (self.status, self.fn, self.stage) == (theirs.status, theirs.fn, stage)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as Lightning's dataclass
+
+
+__all__ = ["LightningEnum", "RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]

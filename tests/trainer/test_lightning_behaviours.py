@@ -90,3 +90,48 @@ def test_trainer_defaults_from_pl_trainer_environment_variables(monkeypatch: pyt
     trainer = Trainer(enable_progress_bar=False)
     assert trainer.logger is None and trainer.max_steps == 7
     assert Trainer(logger=True, max_steps=42, enable_progress_bar=False).max_steps == 42  # given: the keyword wins
+
+
+def test_trainer_state_compares_with_the_trainers_state() -> None:
+    # Lightning 2.6.6: a new Trainer's state == TrainerState(status=INITIALIZING, fn=None, stage=None).
+    from trainer.states import TrainerFn, TrainerState, TrainerStatus
+
+    trainer = Trainer(**QUIET, max_epochs=1)
+    assert trainer.state == TrainerState(status=TrainerStatus.INITIALIZING, fn=None, stage=None)
+    trainer.fit(Regressor(), data(n=8))
+    assert trainer.state == TrainerState(status=TrainerStatus.FINISHED, fn=TrainerFn.FITTING, stage=None)
+    assert trainer.state != TrainerState()
+
+
+class ManualPlateau(Regressor):
+    """Manual optimisation stepping its own ReduceLROnPlateau (given as a dict with a monitor, or bare)."""
+
+    def __init__(self, as_dict: bool) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.as_dict = as_dict
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(super().training_step(batch, batch_idx))
+        optimizer.step()
+
+    def on_train_epoch_end(self) -> None:
+        self.lr_schedulers().step(torch.tensor(0.0))
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+        scheduler = {"scheduler": plateau, "monitor": "train_loss", "interval": "step"} if self.as_dict else plateau
+        return [optimizer], [scheduler]
+
+
+def test_manual_optimisation_takes_a_plateau_scheduler_without_monitor() -> None:
+    # Lightning 2.6.6: under manual optimisation monitor / strict / reduce_on_plateau are ignored with a warning,
+    # a bare ReduceLROnPlateau needs no monitor, and the interval is kept.
+    trainer = Trainer(**QUIET, max_epochs=1)
+    with pytest.warns(RuntimeWarning, match=r"\['monitor'\], but the keys will be ignored"):
+        trainer.fit(ManualPlateau(as_dict=True), data(n=8))
+    assert trainer.lr_scheduler_configs[0].interval == "step"
+    Trainer(**QUIET, max_epochs=1).fit(ManualPlateau(as_dict=False), data(n=8))

@@ -141,7 +141,7 @@ class RunPlan:
 
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        optimizers, configs = parse_optimizers(module.configure_optimizers(), manual)
         if not optimizers:
             warnings.warn(f"`LightningModule.configure_optimizers` returned `None`, this fit will run with no "
                           f"optimizer: {type(module).__name__}'s steps run forward, backward and the hooks, and no "

@@ -83,6 +83,9 @@ INTERNAL_PREFIXES = ("lightning.fabric", "lightning.pytorch.loops", "lightning.p
                      "lightning.pytorch.utilities.memory", "lightning.pytorch.utilities.argparse")
 # Module attributes that are Lightning's implementation, not API (a module's logger object).
 INTERNAL_NAMES = frozenset({"log"})
+# Public-looking names that are Lightning's machinery: the Strategy base class is its plugin API (backward,
+# optimizer_step, model_to_device...), which tests patch to watch the loop; Ember's strategies are option holders.
+INTERNAL_QUALIFIED = frozenset({"lightning.pytorch.strategies.Strategy", "lightning.pytorch.strategies.strategy.Strategy"})
 # Lightning's test scaffolding, executed from the checkout so that it subclasses Ember's classes.
 SCAFFOLDING_PREFIX = "lightning.pytorch.demos"
 # Environment facts for Lightning's test helpers (see module docstring).
@@ -161,7 +164,7 @@ class ShimModule(types.ModuleType):
         full = f"{self.__name__}.{name}"
         if _lightning_has_module(full):
             return importlib.import_module(full)
-        if self._shim_internal or name.startswith("_") or name in INTERNAL_NAMES:
+        if self._shim_internal or name.startswith("_") or name in INTERNAL_NAMES or full in INTERNAL_QUALIFIED:
             return placeholder(full)
         raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}: Ember has no {full}")
 
