@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import weakref
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from trainer.checkpoint.loading import load_datamodule
 from trainer.data_hooks import DataHooks
@@ -68,6 +72,75 @@ class DataModule(DataHooks, HyperparametersMixin):
         """
         del map_location
         return load_datamodule(cls, checkpoint_path, hparams_file, weights_only, kwargs)
+
+    @classmethod
+    def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,
+                      predict_dataset: Any = None, batch_size: int = 1, num_workers: int = 0,
+                      **datamodule_kwargs: Any) -> DataModule:
+        """A data module whose ``*_dataloader()`` methods wrap the given datasets (Lightning's ``from_datasets``).
+
+        Each argument is a ``Dataset`` or a list / dict of them (one loader each); training loaders shuffle unless
+        the dataset is iterable. Loaders are built as ``DataLoader(ds, batch_size, shuffle, num_workers,
+        pin_memory=True)``. ``batch_size`` / ``num_workers`` also go to ``__init__`` when it takes them, and
+        ``datamodule_kwargs`` always do.
+
+        Example:
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> dm = DataModule.from_datasets(TensorDataset(torch.arange(6.0)), batch_size=4)
+            >>> [len(batch[0]) for batch in dm.train_dataloader()]
+            [4, 2]
+        """
+
+        def loaders(datasets: Any, shuffle: bool) -> Any:
+            if isinstance(datasets, Dataset):
+                return DataLoader(datasets, batch_size=batch_size, shuffle=shuffle and not isinstance(
+                    datasets, IterableDataset), num_workers=num_workers, pin_memory=True)
+            if isinstance(datasets, Mapping):
+                return {key: loaders(value, shuffle) for key, value in datasets.items()}
+            if isinstance(datasets, Sequence) and not isinstance(datasets, str):
+                return [loaders(value, shuffle) for value in datasets]
+            return datasets
+
+        accepted = inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
+        special = {name: value for name, value in (("batch_size", batch_size), ("num_workers", num_workers))
+                   if takes_any or name in accepted}
+        datamodule = cls(**datamodule_kwargs, **special)
+        for name, datasets, shuffle in (("train", train_dataset, True), ("val", val_dataset, False),
+                                        ("test", test_dataset, False), ("predict", predict_dataset, False)):
+            if datasets is not None:  # instance attributes, bound now: each call builds fresh loaders
+                setattr(datamodule, f"{name}_dataloader",
+                        lambda datasets=datasets, shuffle=shuffle: loaders(datasets, shuffle))
+        return datamodule
+
+    def __str__(self) -> str:
+        """Lightning's summary of the loaders, one line per kind: ``{Train dataloader: size=64}`` (the dataset's
+        length, ``NA`` without one; ``1. size=16 ; 2. size=NA`` for several; ``None`` where the method is missing
+        or fails, e.g. before ``setup``)."""
+        def size(loader: Any) -> str:
+            dataset = getattr(loader, "dataset", None)
+            try:
+                return str(len(dataset))  # type: ignore[arg-type]
+            except TypeError:
+                return "NA"
+
+        lines = []
+        for label, method in (("Train dataloader", "train_dataloader"), ("Validation dataloader", "val_dataloader"),
+                              ("Test dataloader", "test_dataloader"), ("Predict dataloader", "predict_dataloader")):
+            try:
+                loaders = getattr(self, method)()
+            except Exception:  # not implemented, or not set up yet: Lightning shows None
+                lines.append(f"{{{label}: None}}")
+                continue
+            if isinstance(loaders, Mapping):
+                loaders = list(loaders.values())
+            if isinstance(loaders, (list, tuple)):
+                text = " ; ".join(f"{i}. size={size(loader)}" for i, loader in enumerate(loaders, start=1))
+            else:
+                text = f"size={size(loaders)}"
+            lines.append(f"{{{label}: {text}}}")
+        return os.linesep.join(lines)
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (JSON-able values and tensors); empty by default."""
