@@ -130,7 +130,7 @@ class DataModule(DataHooks, HyperparametersMixin):
                               ("Test dataloader", "test_dataloader"), ("Predict dataloader", "predict_dataloader")):
             try:
                 loaders = getattr(self, method)()
-            except Exception:  # not implemented, or not set up yet: Lightning shows None
+            except Exception:  # noqa: BLE001 (not implemented, not set up yet...: Lightning shows None)
                 lines.append(f"{{{label}: None}}")
                 continue
             if isinstance(loaders, Mapping):
