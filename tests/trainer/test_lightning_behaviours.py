@@ -135,3 +135,45 @@ def test_manual_optimisation_takes_a_plateau_scheduler_without_monitor() -> None
         trainer.fit(ManualPlateau(as_dict=True), data(n=8))
     assert trainer.lr_scheduler_configs[0].interval == "step"
     Trainer(**QUIET, max_epochs=1).fit(ManualPlateau(as_dict=False), data(n=8))
+
+
+class SchedulerReader(Regressor):
+    """SGD(lr=1) with StepLR(gamma=10) per epoch or per step; records what on_save_checkpoint sees."""
+
+    def __init__(self, interval: str) -> None:
+        super().__init__()
+        self.interval = interval
+        self.seen: list[dict[str, Any]] = []
+        self.loaded: list[str] = []
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=10)
+        return [optimizer], [{"scheduler": scheduler, "interval": self.interval}]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.seen.append({"scheduler": checkpoint["lr_schedulers"][0], "step": checkpoint["global_step"],
+                          "weights": sorted(checkpoint["state_dict"]),
+                          "optimizers": len(checkpoint["optimizer_states"])})
+        checkpoint["mine"] = 1
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.loaded = sorted(checkpoint)
+
+
+@pytest.mark.parametrize(("interval", "steps"), [("epoch", 1), ("step", 2)])
+def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Any, interval: str, steps: int) -> None:
+    # Lightning 2.6.6 (tests_pytorch/trainer/optimization/test_optimizers.py): after 2 batches of 1 epoch the
+    # saved scheduler has stepped once per epoch or once per batch: _step_count - 1 and _last_lr [10 ** steps].
+    from callbacks import ModelCheckpoint
+
+    module = SchedulerReader(interval)
+    trainer = Trainer(**{**QUIET, "enable_checkpointing": True}, max_epochs=1, limit_train_batches=2,
+                      project_dir=str(tmp_path), callbacks=[ModelCheckpoint(dirpath=str(tmp_path))])
+    trainer.fit(module, data(n=8))
+    (seen,) = module.seen
+    assert seen["scheduler"]["_step_count"] - 1 == steps and seen["scheduler"]["_last_lr"] == [10.0 ** steps]
+    assert seen["weights"] == ["net.bias", "net.weight"] and seen["optimizers"] == 1 and seen["step"] == 2
+    Trainer(**QUIET, max_epochs=2, limit_train_batches=2, project_dir=str(tmp_path)).fit(
+        module, data(n=8), ckpt_path=trainer.checkpoint_callback.best_model_path)
+    assert module.loaded == ["epoch", "global_step", "mine"]  # the views are not saved a second time

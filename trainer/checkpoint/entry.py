@@ -66,7 +66,12 @@ class TrainerEntry:
     def state_dict(self) -> dict[str, Any]:
         """The entry of a checkpoint taken now; runs the ``on_save_checkpoint`` hooks (callbacks, then module)."""
         extra: dict[str, Any] = {"epoch": self.state.epoch, "global_step": self.state.global_step}
+        views = self._lightning_views()
+        extra.update(views)
         self._call_hooks("on_save_checkpoint", extra)
+        for key, value in views.items():  # read-only views of what the engine saves itself: not saved twice
+            if extra.get(key) is value:
+                del extra[key]
         metrics = {name: value.detach().cpu() if isinstance(value, torch.Tensor) else value
                    for name, value in self.metrics.callback_metrics.items()
                    if isinstance(value, (torch.Tensor, int, float))}
@@ -79,6 +84,19 @@ class TrainerEntry:
                    "prepared": list(self.prepared), "hyper_parameters": hparams}
         check_plain(payload, "checkpoint")
         return payload
+
+    def _lightning_views(self) -> dict[str, Any]:
+        """Lightning's keys of the checkpoint dict that ``on_save_checkpoint`` hooks read: ``state_dict``,
+        ``optimizer_states`` and ``lr_schedulers`` (each scheduler's ``state_dict()``), built only when a hook is
+        overridden (the engine saves these itself, in its own files)."""
+        module, owner = self.attached.module, self._owner()
+        hooked = any(overrides(c, Callback, "on_save_checkpoint") for c in self.attached.callbacks) or (
+            module is not None and _module_saves(module))
+        if not hooked or owner is None or module is None:
+            return {}
+        return {"state_dict": module.state_dict(),
+                "optimizer_states": [optimizer.state_dict() for optimizer in owner.optimizers],
+                "lr_schedulers": [config.scheduler.state_dict() for config in owner.lr_scheduler_configs]}
 
     def trainer_state(self) -> dict[str, Any]:
         """``TrainState``, every callback's state (by ``state_key``), the data module's state."""
@@ -128,3 +146,10 @@ class TrainerEntry:
                 getattr(callback, name)(self._owner(), module, checkpoint)
         if module is not None:  # TrainModule's own hooks do nothing
             getattr(module, name)(checkpoint)
+
+
+def _module_saves(module: Any) -> bool:
+    """Whether the module overrides ``on_save_checkpoint`` (``TrainModule``'s does nothing)."""
+    from trainer.module import TrainModule  # trainer.module imports the checkpoint package: import here
+
+    return not isinstance(module, TrainModule) or overrides(module, TrainModule, "on_save_checkpoint")
