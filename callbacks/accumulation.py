@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from callbacks.base import Callback
+from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 
 
@@ -21,13 +24,15 @@ class GradientAccumulationScheduler(Callback):
         if not isinstance(scheduling, dict) or not scheduling:
             raise ValueError(f"GradientAccumulationScheduler needs a non-empty dict {{epoch: factor}}. Received: "
                              f"{scheduling!r}.")
-        for epoch, factor in scheduling.items():
-            if not (isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0):
-                raise ValueError(f"GradientAccumulationScheduler epochs must be ints >= 0. Received key {epoch!r}.")
-            if not (isinstance(factor, int) and not isinstance(factor, bool) and factor >= 1):
-                raise ValueError(f"GradientAccumulationScheduler factors must be ints >= 1. Received {factor!r} for "
-                                 f"epoch {epoch}.")
+        # Lightning's exception types and texts, then what to do.
+        if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in scheduling):
+            raise MisconfigurationException(f"Epoch should be an int greater than or equal to 0. Got "
+                                            f"{list(scheduling.keys())}: use {{epoch: factor}} with int epochs.")
+        if any(not isinstance(f, int) or isinstance(f, bool) or f < 1 for f in scheduling.values()):
+            raise MisconfigurationException(f"Accumulation factor should be an int greater than 0. Got "
+                                            f"{list(scheduling.values())}.")
         self.scheduling = dict(sorted(scheduling.items()))
+        self._applied: int | None = None  # the factor this callback set last (trainer.accumulate_grad_batches)
 
     def factor(self, epoch: int) -> int:
         """The accumulation factor in ``epoch``."""
@@ -37,18 +42,27 @@ class GradientAccumulationScheduler(Callback):
                 factor = value
         return factor
 
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
-        if stage != "fit":
-            return
+    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+        """Lightning's checks before training: automatic optimisation, no Trainer(accumulate_grad_batches=...)
+        beside the callback, a warning for overridden optimizer hooks (called per step, not per batch)."""
         if not module.automatic_optimization:
-            raise ValueError("GradientAccumulationScheduler needs automatic optimisation; under manual optimisation "
-                             "accumulate in training_step instead.")
+            raise RuntimeError("Automatic gradient accumulation and the `GradientAccumulationScheduler` is not "
+                               "supported for manual optimization. Please remove the callback or switch to automatic "
+                               "optimization (or accumulate in training_step yourself).")
         given = trainer.accumulate_grad_batches
-        if given not in (None, 1, *self.scheduling.values()):
-            raise ValueError(f"Trainer(accumulate_grad_batches={given}) conflicts with GradientAccumulationScheduler"
-                             f"({self.scheduling}): drop one of them.")
+        if given not in (None, 1, self._applied):  # the factor this callback set in an earlier fit is its own
+            raise ValueError(f"You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`"
+                             f" callback. Either remove `accumulate_grad_batches` from the Trainer or remove the "
+                             f"callback (Trainer(accumulate_grad_batches={given}), {self.scheduling}).")
+        # Overridden: the method the module's class resolves is not TrainModule's own.
+        overridden = any(not getattr(getattr(type(module), name, None), "__qualname__", "TrainModule.").startswith(
+            "TrainModule.") for name in ("optimizer_step", "optimizer_zero_grad"))
+        if overridden and any(factor > 1 for factor in self.scheduling.values()):
+            warnings.warn("When using `Trainer(accumulate_grad_batches != 1)` and overriding "
+                          "`LightningModule.optimizer_{step,zero_grad}`, the hooks will not be called on every batch "
+                          "(rather, they are called on every optimization step).", UserWarning, stacklevel=2)
 
     def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
         # A documented setter: the trainer reads the factor at every batch when it decides the accumulation
         # window, so the new value holds from this epoch's first batch whatever runs after this hook.
-        trainer.accumulate_grad_batches = self.factor(trainer.current_epoch)
+        self._applied = trainer.accumulate_grad_batches = self.factor(trainer.current_epoch)

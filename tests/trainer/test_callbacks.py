@@ -110,10 +110,28 @@ def test_gradient_accumulation_scheduler() -> None:
     trainer = fit(Regressor(), data(n=16), max_epochs=3,
                   callbacks=[GradientAccumulationScheduler({1: 2, 2: 4})])  # 4 batches per epoch
     assert trainer.global_step == 4 + 2 + 1
-    with pytest.raises(ValueError, match="factors must be ints >= 1. Received 0 for epoch 1"):
+    # Lightning 2.6.6's exception types and texts (tests_pytorch/callbacks/test_gradient_accumulation_scheduler.py).
+    with pytest.raises(MisconfigurationException, match=r"Accumulation factor should be an int greater than 0\. "
+                                                        r"Got \[0\]"):
         GradientAccumulationScheduler({1: 0})
-    with pytest.raises(ValueError, match="accumulate_grad_batches=3\\) conflicts"):
+    with pytest.raises(MisconfigurationException, match=r"Epoch should be an int greater than or equal to 0\. "
+                                                        r"Got \['1'\]"):
+        GradientAccumulationScheduler({"1": 2})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="You have set `accumulate_grad_batches` and are using the "
+                                         "`GradientAccumulationScheduler` callback"):
         fit(Regressor(), max_epochs=1, accumulate_grad_batches=3,
             callbacks=[GradientAccumulationScheduler({0: 2})])
-    with pytest.raises(ValueError, match="needs automatic optimisation"):
+    with pytest.raises(RuntimeError, match="Automatic gradient accumulation and the `GradientAccumulationScheduler` "
+                                           "is not supported for manual optimization"):
         fit(ManualModule(), max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})])
+
+
+def test_gradient_accumulation_scheduler_warns_about_overridden_optimizer_hooks() -> None:
+    # Lightning 2.6.6 warns when accumulating with an overridden optimizer_step / optimizer_zero_grad.
+    class OwnStep(Regressor):
+        def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            super().optimizer_step(*args, **kwargs)
+
+    with pytest.warns(UserWarning, match=r"overriding `LightningModule.optimizer_\{step,zero_grad\}`, the hooks will "
+                                         r"not be called on every batch"):
+        fit(OwnStep(), data(n=16), max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})])
