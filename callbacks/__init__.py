@@ -12,6 +12,7 @@ from callbacks.base import Callback
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+from callbacks.lambda_function import LambdaCallback
 from callbacks.lr_finder import LearningRateFinder
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary, summarize
@@ -24,7 +25,7 @@ from callbacks.tqdm_progress import TQDMProgressBar
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
 __all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Callback", "EMAWeightAveraging",
-           "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LearningRateFinder", "LearningRateMonitor",
+           "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
            "ModelCheckpoint", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
            "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
            "summarize"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from typing import Any
 
@@ -135,3 +136,21 @@ def test_gradient_accumulation_scheduler_warns_about_overridden_optimizer_hooks(
     with pytest.warns(UserWarning, match=r"overriding `LightningModule.optimizer_\{step,zero_grad\}`, the hooks will "
                                          r"not be called on every batch"):
         fit(OwnStep(), data(n=16), max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})])
+
+
+def test_lambda_callback_runs_the_given_functions_as_hooks() -> None:
+    # Lightning's LambdaCallback(**{hook: function}): each function runs as that hook, with the hook's arguments.
+    from callbacks import LambdaCallback
+
+    seen: list[tuple[str, int]] = []
+
+    def record(name: str, trainer: Any, *args: Any) -> None:
+        seen.append((name, len(args)))
+
+    hooks = {name: functools.partial(record, name)
+             for name in ("on_fit_start", "on_train_epoch_end", "on_train_batch_end", "on_validation_end")}
+    fit(Regressor(), data(n=8), data(n=8), max_epochs=1, callbacks=[LambdaCallback(**hooks)])
+    assert seen == [("on_fit_start", 1), ("on_train_batch_end", 4), ("on_train_batch_end", 4),
+                    ("on_validation_end", 1), ("on_train_epoch_end", 1)]
+    with pytest.raises(TypeError, match=r"LambdaCallback\(on_fit_begin=...\) is not a callback hook: .*on_fit_end"):
+        LambdaCallback(on_fit_begin=print)

@@ -47,14 +47,17 @@ class HookTable:
         # arguments: the per-step hooks loop over these tuples directly, which costs nothing when one is empty.
         self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
         skipped = [cb.skipped_hooks() if overrides(cb, Callback, "skipped_hooks") else frozenset() for cb in callbacks]
+        # The callback behind each hook (a hook may be a plain function set on the instance: LambdaCallback).
+        self._owners: dict[str, tuple[Callback, ...]] = {}
         for name in HOOK_NAMES:
+            self._owners[name] = tuple(cb for cb, skip in zip(callbacks, skipped)
+                                       if overrides(cb, Callback, name) and name not in skip)
             self._callbacks[name] = tuple(functools.partial(getattr(cb, name), trainer, module)
-                                          for cb, skip in zip(callbacks, skipped)
-                                          if overrides(cb, Callback, name) and name not in skip)
+                                          for cb in self._owners[name])
             self._module[name] = getattr(module, name) if overrides(module, module_base, name) else None
             if profiler is not None and profiler.records:  # each overrider timed under its own action name (Lightning's naming)
-                self._callbacks[name] = tuple(profiler.wrap(f"[Callback]{type(hook.func.__self__).__name__}.{name}",
-                                                            hook) for hook in self._callbacks[name])
+                self._callbacks[name] = tuple(profiler.wrap(f"[Callback]{type(cb).__name__}.{name}", hook)
+                                              for cb, hook in zip(self._owners[name], self._callbacks[name]))
                 if self._module[name] is not None:
                     action = f"[TrainModule]{type(module).__name__}.{name}"
                     self._module[name] = profiler.wrap(action, self._module[name])
@@ -74,8 +77,8 @@ class HookTable:
     def call_callbacks(self, name: str, *args: Any, after_module: bool | None = None) -> None:
         """The callbacks' ``name`` hook; ``after_module`` True / False: only the callbacks whose
         ``epoch_end_after_module`` is True / False (``None``: all)."""
-        for hook in self._callbacks[name]:
-            if after_module is None or hook.func.__self__.epoch_end_after_module == after_module:  # type: ignore[attr-defined]
+        for owner, hook in zip(self._owners[name], self._callbacks[name]):
+            if after_module is None or owner.epoch_end_after_module == after_module:
                 hook(*args)
 
     def has(self, name: str) -> bool:
