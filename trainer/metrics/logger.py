@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from callbacks.exceptions import MisconfigurationException
+
 ReduceFx = str | Callable[[torch.Tensor], torch.Tensor]
 _REDUCE_NAMES = ("mean", "sum", "max", "min")
 _TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -265,8 +267,9 @@ class MetricLogger:
         if not isinstance(key, str) or not key:
             raise TypeError(f"self.log needs a non-empty str name. Received: {key!r}.")
         if not (on_step or on_epoch):
-            raise ValueError(f"self.log({key!r}, on_step=False, on_epoch=False) would record nothing: set on_step "
-                             "or on_epoch to True (or leave them None for the defaults).")
+            raise MisconfigurationException(f"`self.log(on_step=False, on_epoch=False)` is not useful: self.log("
+                                            f"{key!r}, ...) would record nothing. Set on_step or on_epoch to True "
+                                            "(or leave them None for the defaults).")
         reduce, reduce_fn = _parse_reduce(key, reduce_fx)
         # None (the default): exact across processes in evaluation, per process in training (Lightning's
         # meaning, which an explicit sync_dist=False keeps everywhere).
