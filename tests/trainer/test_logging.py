@@ -159,3 +159,21 @@ def test_logging_in_predict_or_without_a_trainer_raises() -> None:
         Trainer(**QUIET).predict(Misuse("none"), data(n=4))
     with pytest.raises(RuntimeError, match="not attached to a Trainer"):
         TrainModule().log("x", 1.0)
+
+
+class LogsNumbers(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("n_step", 3)
+        self.log("n_epoch", 2, on_epoch=True, on_step=False)
+        self.log("f", 1.5, prog_bar=True)
+        return super().training_step(batch, batch_idx)
+
+
+def test_logged_numbers_become_float_tensors_as_in_lightning() -> None:
+    # Lightning 2.6.6: callback_metrics holds float32 tensors for numbers logged as int or float (so .item()
+    # works on every entry), the progress bar Python floats.
+    trainer = fit(LogsNumbers(), data(n=8), max_epochs=1)
+    for name, expected in (("n_step", 3.0), ("n_epoch", 2.0), ("f", 1.5)):
+        value = trainer.callback_metrics[name]
+        assert isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.item() == expected
+    assert trainer.progress_bar_metrics["f"] == 1.5 and isinstance(trainer.progress_bar_metrics["f"], float)

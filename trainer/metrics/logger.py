@@ -209,6 +209,8 @@ class MetricLogger:
             raise LogValueError(f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot "
                                 f"be logged: self.log({name!r}, value) takes a number or a one-element tensor. Log "
                                 "several values with self.log_dict.")
+        else:  # as Lightning: a number becomes a tensor of the default dtype (callback_metrics[...].item() works)
+            value = torch.tensor(float(value), dtype=torch.get_default_dtype())
         if on_step:
             if record.sync_step and self.num_processes > 1:
                 value = self._sync_step_value(record, value)
