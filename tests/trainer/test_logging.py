@@ -177,3 +177,27 @@ def test_logged_numbers_become_float_tensors_as_in_lightning() -> None:
         value = trainer.callback_metrics[name]
         assert isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.item() == expected
     assert trainer.progress_bar_metrics["f"] == 1.5 and isinstance(trainer.progress_bar_metrics["f"], float)
+
+
+class LogsInValidation(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("b", float(batch_idx), on_step=True, on_epoch=True, prog_bar=True)
+        self.log("s", float(batch_idx), on_step=True, on_epoch=False, prog_bar=True)
+
+
+def test_evaluation_step_values_stay_out_of_callback_metrics() -> None:
+    # Lightning 2.6.6 (recorded on the same logging calls): during validation callback_metrics stays empty and the
+    # bar shows b_step and s; afterwards callback_metrics holds b and b_epoch (0.5, the mean of 0 and 1) only.
+    seen: list[tuple[list[str], list[str]]] = []
+
+    class Peek(Callback):
+        def on_validation_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+            mine = [name for name in trainer.callback_metrics if not name.startswith("train/")]
+            seen.append((sorted(mine), sorted(trainer.progress_bar_metrics)))
+
+    trainer = fit(LogsInValidation(), data(n=8), data(n=8), max_epochs=1, limit_train_batches=2,
+                  limit_val_batches=2, callbacks=[Peek()])
+    assert seen == [([], ["b_step", "s"])] * 2
+    mine = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.startswith("train/")}
+    assert mine == {"b": 0.5, "b_epoch": 0.5}
+    assert sorted(trainer.progress_bar_metrics) == ["b_epoch", "b_step", "s"]

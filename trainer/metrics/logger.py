@@ -216,9 +216,10 @@ class MetricLogger:
                 value = self._sync_step_value(record, value)
             record.step_value = value
             record.step_fresh = True
-            self.callback_metrics[record.step_key] = value
-            if on_epoch:
-                self.callback_metrics[record.name] = value
+            if self.stage not in _EXACT_STAGES:  # as Lightning: evaluation step values reach the trackers and the
+                self.callback_metrics[record.step_key] = value  # bar, never callback_metrics (epoch values do)
+                if on_epoch:
+                    self.callback_metrics[record.name] = value
             if prog_bar:
                 self.progress_bar_metrics[record.step_key] = value
         if on_epoch:
