@@ -83,16 +83,20 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         """The ``Trainer`` running this module (raises when it is not attached to one)."""
         trainer = self._attached_trainer()
         if trainer is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer: `self.trainer` is available "
+            raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`: `self.trainer` is available "
                                "inside trainer.fit / validate / test / predict (and after them, while the trainer "
                                "exists).")
         return trainer
 
     @trainer.setter
     def trainer(self, trainer: ModuleHost | None) -> None:
-        """Attach the module to ``trainer`` (``None`` detaches it), as Lightning allows; the Trainer does it itself
-        at the start of each run. Held by weak reference: the module never keeps a trainer alive."""
-        self._trainer_ref = None if trainer is None else weakref.ref(trainer)
+        """Attach the module and the TrainModules inside it to ``trainer`` (``None`` detaches them), as Lightning
+        allows; the Trainer does it itself at the start of each run. Held by weak reference: the module never keeps
+        a trainer alive."""
+        ref = None if trainer is None else weakref.ref(trainer)
+        for child in self.modules():
+            if isinstance(child, TrainModule):
+                child._trainer_ref = ref
 
     @property
     def _trainer(self) -> ModuleHost | None:

@@ -72,11 +72,11 @@ def test_the_trainer_reference_stays_out_of_state_pickles_and_children() -> None
     assert [name for name, _ in module.named_children()] == ["net"]
     clone = pickle.loads(pickle.dumps(module))
     torch.testing.assert_close(clone.net.weight, module.net.weight)
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         _ = copy.deepcopy(module).trainer
     del trainer
     gc.collect()
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         _ = module.trainer  # held weakly: no cycle keeps the trainer alive
     assert module.global_step == 0
 
@@ -195,3 +195,16 @@ def test_estimated_stepping_batches() -> None:
     assert trainer.estimated_stepping_batches == 9 == trainer.global_step
     trainer = fit(Regressor(), data(n=20), max_epochs=3, max_steps=4)
     assert trainer.estimated_stepping_batches == 4
+
+
+def test_assigning_the_trainer_attaches_inner_modules_too() -> None:
+    # Lightning 2.6.6 (tests_pytorch/core/test_lightning_module.py): module.trainer = t reaches the TrainModules
+    # inside it; an unattached module says it is "not attached to a `Trainer`".
+    ensemble, inner = TrainModule(), TrainModule()
+    ensemble.inner = inner
+    assert inner._trainer is None
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
+        _ = ensemble.trainer
+    trainer = Trainer(log_with=None)
+    ensemble.trainer = trainer
+    assert ensemble.trainer is inner.trainer is trainer
