@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from callbacks import ModelCheckpoint
 from callbacks.warnings import PossibleUserWarning
 from engine import set_seed
 from engine.optimizer import clear_grads
@@ -25,12 +24,10 @@ from trainer.checkpoint.checkpointer import Checkpointer
 from trainer.checkpoint.entry import Attached, TrainerEntry
 from trainer.checkpoint.resume import Resume, load_weights, restore
 from trainer.compat.attributes import with_lightning_attributes
-from trainer.compat.devices import precision_name
 from trainer.compat.keywords import (
     accepts_model,
     convert_module,
     defaults_from_environment,
-    logger_views,
     resolve_lightning,
     say_what_limits_mean,
 )
@@ -45,7 +42,7 @@ from trainer.loop.schedulers import SchedulerStepper
 from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
 from trainer.loop.stepping import check_trainable, detached, loss_of
 from trainer.loop.stop import StopController
-from trainer.metrics.logger import LogOptions, MetricLogger, to_python
+from trainer.metrics.logger import LogOptions, MetricLogger
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
 from trainer.optim import clip_gradients
@@ -542,12 +539,6 @@ class Trainer:
         self.stop.update_time()  # time_elapsed is otherwise only current per step with max_time
         self.loss_check.check()  # never a checkpoint of weights a non-finite loss went into
 
-    @property
-    def checkpoint_callback(self) -> ModelCheckpoint | None:
-        """The first ``ModelCheckpoint`` (``None`` without one)."""
-        found = self.checkpoint_callbacks
-        return found[0] if found else None
-
     def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None, *,
                         async_save: bool = False) -> None:
         """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
@@ -581,35 +572,7 @@ class Trainer:
         """Restore what ``state_dict`` returned (callbacks matched by ``state_key``)."""
         self.checkpointer.entry.load_trainer_state(state_dict)
 
-    # -- Lightning's read-only views ------------------------------------------------------------------------------
-    @property
-    def loggers(self) -> list[Any]:
-        """Lightning-style loggers (``trainer.loggers``): the given ones, or views of the running trackers."""
-        return logger_views(self._loggers, self.accelerator.trackers, bool(self.config.fast_dev_run),
-                            self._trackers_asked)
-
-    @property
-    def precision(self) -> str:
-        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``,
-        ``"64-true"``, ``"bf16-true"``... (``"fp8"``: the engine's torchao fp8, which Lightning does not have)."""
-        return precision_name(self.config, self.accelerator)
-
-    @property
-    def logger(self) -> Any:
-        """The first of ``loggers`` (``None`` without one)."""
-        views = self.loggers
-        return views[0] if views else None
-
-    @property
-    def progress_bar_metrics(self) -> dict[str, float]:
-        """The ``prog_bar=True`` metrics as Python numbers (reading it syncs the device once)."""
-        return to_python(self.metric_logger.progress_bar_metrics)
-
-    @property
-    def estimated_stepping_batches(self) -> int | float:
-        """Optimizer steps ``fit`` will take (``inf`` when unbounded), e.g. for ``OneCycleLR(total_steps=...)``."""
-        return self.plan.estimated_steps(self.config)
-
+    # -- Lightning's read-only views (loggers, logger, precision, ...) are in trainer.compat.attributes ----------
     @property
     def should_stop(self) -> bool:
         """Whether training stops at the next step boundary. Setting it True on any process stops every process

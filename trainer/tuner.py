@@ -21,11 +21,11 @@ import torch
 
 from engine.random import capture_rng_state, restore_rng_state
 from trainer.compat.keywords import accepts_model
+from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.module import TrainModule
 from trainer.tools.compiling import unwrap_compiled
 from trainer.tools.lr_finder import MODES, LRFinder, LRSweep
-from trainer.trainer import Trainer
 
 LR_NAMES = ("lr", "learning_rate")
 _OOM_MESSAGES = ("out of memory", "CUDA error: out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED")
@@ -57,14 +57,17 @@ class Tuner:
         ...         return torch.optim.SGD(self.parameters(), lr=self.lr)
         >>> x = torch.randn(256, 3)
         >>> loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+        >>> from trainer import Trainer
         >>> trainer = Trainer(log_with=None, enable_progress_bar=False, enable_model_summary=False)
         >>> finder = Tuner(trainer).lr_find(Regressor(), loader, num_training=30, update_attr=False)
         >>> len(finder.results["lr"]) <= 30, finder.suggestion() is not None
         (True, True)
     """
 
-    def __init__(self, trainer: Trainer) -> None:
-        if not isinstance(trainer, Trainer):
+    def __init__(self, trainer: Any) -> None:
+        # A trainer.Trainer, recognised by its config: the Trainer imports this module for LearningRateFinder,
+        # so this one does not import the Trainer (no import circle); searches build type(trainer) trainers.
+        if not isinstance(getattr(trainer, "config", None), TrainerConfig) or not hasattr(trainer, "fit"):
             raise TypeError(f"Tuner(trainer) takes a trainer.Trainer. Received: {type(trainer).__name__}.")
         self.trainer = trainer
 
@@ -215,11 +218,11 @@ class Tuner:
                              f": add it, or pass batch_arg_name=<the attribute's name>.")
 
     # -- the search's own trainer ----------------------------------------------------------------------------
-    def _search_trainer(self, max_steps: int, callbacks: list[Any]) -> Trainer:
+    def _search_trainer(self, max_steps: int, callbacks: list[Any]) -> Any:
         """The user's trainer's settings (precision, accumulation, clipping, limits...) for a short search run:
         its own step count, folder and callbacks, no validation, trackers, bar, summary, seed or signals."""
         config, acc = self.trainer.config, self.trainer.accelerator
-        return Trainer.from_config(dataclasses.replace(
+        return type(self.trainer).from_config(dataclasses.replace(
             config, accelerator="cpu" if acc.device.type == "cpu" else "auto", max_steps=max_steps, max_epochs=-1,
             max_time=None, fast_dev_run=False, overfit_batches=0.0, limit_val_batches=0, num_sanity_val_steps=0, log_with=None, logger=None,
             project_dir=self._folder, default_root_dir=None, callbacks=callbacks, enable_progress_bar=False,

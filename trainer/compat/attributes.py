@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from callbacks import EarlyStopping, ProgressBar
 from trainer import args as checks
 from trainer.compat import devices
-from trainer.compat.keywords import log_dir
+from trainer.compat.keywords import log_dir, logger_views
+from trainer.metrics.logger import to_python
 from trainer.states import TrainerStatus
 
 
@@ -161,6 +162,16 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "global_rank": PartField("accelerator", "process_index"),
     "local_rank": PartField("accelerator", "local_process_index"),
     "is_global_zero": PartField("accelerator", "is_main_process"),
+    # Lightning-style loggers: the given ones, or views of the running trackers (a DummyLogger where none log).
+    "loggers": Computed(lambda t: logger_views(t._loggers, t.accelerator.trackers, bool(t.config.fast_dev_run),
+                                               t._trackers_asked, t.accelerator.is_main_process)),
+    "logger": Computed(lambda t: next(iter(t.loggers), None)),  # the first of loggers, or None
+    # "32-true", "bf16-mixed", "16-mixed", "64-true", "bf16-true"... ("fp8": the engine's torchao fp8)
+    "precision": Computed(lambda t: devices.precision_name(t.config, t.accelerator)),
+    "progress_bar_metrics": Computed(lambda t: to_python(t.metric_logger.progress_bar_metrics)),  # one device sync
+    # Optimizer steps fit will take (inf when unbounded), e.g. for OneCycleLR(total_steps=...).
+    "estimated_stepping_batches": Computed(lambda t: t.plan.estimated_steps(t.config)),
+    "checkpoint_callback": Computed(lambda t: next(iter(t.checkpoint_callbacks), None)),  # the first ModelCheckpoint
     "log_dir": Computed(lambda t: log_dir(t.loggers, t.default_root_dir)),  # the first logger's run folder
     "checkpoint_callbacks": PartField("checkpointer", "checkpoint_callbacks"),  # every ModelCheckpoint, in order
     "default_checkpoint_dir": PartField("checkpointer", "default_dir"),  # {project_dir}/checkpoints

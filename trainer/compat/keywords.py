@@ -88,13 +88,16 @@ class LightningChoices:
 
 
 def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False,
-                 trackers_asked: bool = False) -> list[Logger]:
+                 trackers_asked: bool = False, main_process: bool = True) -> list[Logger]:
     """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started; under
-    ``fast_dev_run`` (which logs nothing) one ``DummyLogger`` where there would have been loggers (given ones, or
-    trackers asked for with ``log_with``), as in Lightning."""
+    ``fast_dev_run`` (which logs nothing), and on the other processes (trackers run on the main one only), one
+    ``DummyLogger`` where there would have been loggers (given ones, or trackers asked for with ``log_with``), as
+    Lightning's loggers do nothing off rank 0."""
     views = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
     if fast_dev_run:
         return [DummyLogger()] if loggers or trackers_asked else []
+    if not views and trackers_asked and not main_process:
+        return [DummyLogger()]
     return views
 
 
