@@ -35,8 +35,8 @@ def run(folder: Path, name: str, *args: str) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{name}.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for name in ("MODEL_PARALLEL_FRAMEWORK", "PYTEST_CURRENT_TEST"):  # the script starts its own workers
-        env.pop(name, None)
+    for variable in ("MODEL_PARALLEL_FRAMEWORK", "PYTEST_CURRENT_TEST"):  # the script starts its own workers
+        env.pop(variable, None)
     result = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], cwd=folder, env=env,
                             capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]

@@ -77,7 +77,7 @@ def test_checks_raise_accelerates_messages(name: str) -> None:
     scope = {"ParallelismConfig": ParallelismConfig, "TorchContextParallelConfig": TorchContextParallelConfig,
              "TorchTensorParallelConfig": TorchTensorParallelConfig}
     try:
-        got = "OK " + repr(eval(ERRORS[name], scope))  # noqa: S307 - our own fixed expressions
+        got = "OK " + repr(eval(ERRORS[name], scope))  # our own fixed expressions
     except Exception as error:  # noqa: BLE001 - the message is what is compared
         got = f"{type(error).__name__}: {error}"
     expected = EXPECTED["errors"][name].replace("accelerate.utils.dataclasses.", "engine.parallelism_config.")
