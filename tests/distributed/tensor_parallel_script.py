@@ -75,7 +75,7 @@ def reference(steps: int, batch: int) -> dict[str, Any]:
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)))
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     with torch.no_grad():
         gathered = loss_of(model, tokens[:5], reduction="none").tolist()
     return {"losses": losses, "norms": norms, "gathered": gathered,
@@ -120,7 +120,7 @@ def main(out: str, run: dict[str, Any]) -> None:
         optimizer.step()
         if not zero_first:
             optimizer.zero_grad()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if run.get("save_at") == step + 1:
             accelerator.save_state(os.path.join(run["state_dir"], f"state_{step + 1}"))
             saved = {k: v.flatten().tolist() for k, v in accelerator.get_state_dict(model).items()}
@@ -150,7 +150,8 @@ def main(out: str, run: dict[str, Any]) -> None:
                   "backend": type(accelerator.backend).__name__,
                   "param_types": sorted({type(p).__name__ for p in model.parameters()})}
         if run.get("reference"):
-            data_parallel = config.data_parallel_size if config is not None else accelerator.num_processes
+            used = accelerator.parallelism_config  # the one given, or built from PARALLELISM_CONFIG_* variables
+            data_parallel = used.data_parallel_size if used is not None else accelerator.num_processes
             result["reference"] = reference(run["steps"], BATCH * data_parallel)
         with open(out, "w") as handle:
             json.dump(result, handle)

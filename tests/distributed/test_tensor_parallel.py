@@ -34,15 +34,22 @@ def _port() -> int:
         return probe.getsockname()[1]
 
 
-def launch(processes: int, run: dict[str, Any], folder: Path, name: str, fails: bool = False) -> Any:
+def launch(processes: int, run: dict[str, Any], folder: Path, name: str, fails: bool = False,
+           ember_flags: list[str] | None = None) -> Any:
     """Run the script on ``processes`` processes with ``run`` as its RUN_JSON; returns what process 0 wrote
-    (with ``fails``: the run's error output, asserting that it failed)."""
+    (with ``fails``: the run's error output, asserting that it failed). With ``ember_flags`` the processes are
+    started by ``ember launch FLAGS`` instead of torch's launcher."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(run))
     out = folder / f"{name}.out.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-addr",
-               "127.0.0.1", "--master-port", str(_port()), str(SCRIPT), str(out), str(folder / f"{name}.json")]
+    arguments = [str(SCRIPT), str(out), str(folder / f"{name}.json")]
+    if ember_flags is not None:
+        command = [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", str(processes), *ember_flags,
+                   *arguments]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
+                   "--master-addr", "127.0.0.1", "--master-port", str(_port()), *arguments]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     if fails:
         assert result.returncode != 0
@@ -99,7 +106,10 @@ def test_tensor_parallel_on_2_processes_trains_as_one_and_resumes_bitwise(tmp_pa
 
 def test_sequence_parallel_resumes_bitwise_and_loads_on_one_process(tmp_path: Path) -> None:
     base = {"config": {"tp_size": 2}, "plan": "sp", "steps": 6, "state_dir": str(tmp_path)}
-    first = launch(2, {**base, "save_at": 3, "reference": True}, tmp_path, "first")
+    # accelerate launch's flags: the Accelerator builds ParallelismConfig() from the variables they set.
+    flags = ["--use_parallelism_config", "--parallelism_config_tp_size", "2"]
+    first = launch(2, {**base, "config": None, "save_at": 3, "reference": True}, tmp_path, "first",
+                   ember_flags=flags)
     check_against_reference(first, [[0, 1]])
     resumed = launch(2, {**base, "resume_from": str(tmp_path / "state_3"), "resume_at": 3}, tmp_path, "resumed")
     assert resumed["losses"] == [losses[3:] for losses in first["losses"]]
