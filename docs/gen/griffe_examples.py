@@ -1,0 +1,92 @@
+"""A griffe extension: Ember's docstrings, written for ``pydoc`` and doctest, rendered as Markdown.
+
+The source docstrings use Google's ``Example:`` heading with doctest lines, and reST literal blocks (a line ending in
+``::`` followed by an indented block). Griffe's Google parser turns an ``Examples:`` section's ``>>>`` lines into
+code, but renders ``Example:`` as an admonition of Markdown text (the ``>>>`` become nested quotes) and a literal
+block as a paragraph. Rewriting the text before it is parsed keeps the source as it is (doctests still run) and
+renders both as code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from griffe import Extension, Object
+
+_EXAMPLE = re.compile(r"^(?P<indent>\s*)Example(?P<title> \(.*\))?:(?P<literal>:)?\s*$")
+
+
+def _block(lines: list[str], start: int, above: int) -> tuple[list[str], int]:
+    """The indented block that starts after blank lines at ``start`` (indented deeper than ``above``), and its end."""
+    j = start
+    while j < len(lines) and not lines[j].strip():
+        j += 1
+    if j == len(lines) or len(lines[j]) - len(lines[j].lstrip()) <= above:
+        return [], start
+    indent = len(lines[j]) - len(lines[j].lstrip())
+    end = j
+    while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) >= indent):
+        end += 1
+    while end > j and not lines[end - 1].strip():
+        end -= 1
+    return lines[j:end], end
+
+
+def _fenced(block: list[str]) -> list[str]:
+    indent = len(block[0]) - len(block[0].lstrip())
+    language = "python" if _looks_like_python(block) else "text"
+    return ["", " " * indent + "```" + language, *block, " " * indent + "```", ""]
+
+
+def _looks_like_python(block: list[str]) -> bool:
+    text = "\n".join(block)
+    return bool(re.search(r"^\s*(def |class |import |from |@|\w+ = |[\w.]+\(.*\)\s*$)", text, flags=re.MULTILINE))
+
+
+def rewrite(text: str) -> str:
+    """``Example:`` headings as ``Examples:`` sections, and reST literal blocks (``text::``) as fenced code.
+
+    >>> print(rewrite("Do it.\\n\\nExample::\\n\\n    run()\\n"))
+    Do it.
+    <BLANKLINE>
+    Examples:
+    <BLANKLINE>
+        ```python
+        run()
+        ```
+    <BLANKLINE>
+    <BLANKLINE>
+    """
+    lines = text.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        indent = len(line) - len(line.lstrip())
+        match = _EXAMPLE.match(line)
+        literal = line.rstrip().endswith("::") and not line.lstrip().startswith(">>>")
+        block, end = _block(lines, i + 1, indent) if literal else ([], i + 1)
+        if match is not None:
+            out.append(f"{match['indent']}Examples:")
+            title = (match["title"] or "").strip(" ()")
+            if title:
+                out.append(f"{match['indent']}    {title}:")
+        elif block:
+            out.append(line.rstrip()[:-1])  # "text::" -> "text:"
+        else:
+            out.append(line)
+        if block:
+            out += _fenced(block)
+            i = end
+        else:
+            i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+class DocstringsAsMarkdown(Extension):
+    """Rewrite every docstring once it is loaded (before it is parsed)."""
+
+    def on_instance(self, *, obj: Object, **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = rewrite(obj.docstring.value)
