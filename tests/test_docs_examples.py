@@ -77,29 +77,34 @@ def examples(page: Path) -> list[Example]:
     return found
 
 
-def page_source(page: Path) -> str:
-    """The page's runnable examples as one program whose line numbers are the page's own.
+def page_chunks(page: Path) -> list[tuple[str, str]]:
+    """The page's runnable examples as ``(source, filename)`` pairs, run in order in one namespace.
 
-    A fence that includes a snippet is run expanded; its lines then no longer match the page's, so the snippet is
-    put where its fence starts and the next fence keeps its place when there is room (else it follows directly).
+    Each source is padded with blank lines so that its line numbers are the page's own; a fence that only
+    includes a snippet is compiled as the snippet file, so a traceback names the file and line that failed.
     """
-    lines: list[str] = []
+    chunks = []
     for example in examples(page):
         if example.no_run is not None:
             continue
-        code = expand_snippets(example.code).splitlines()
-        lines += [""] * max(0, example.line - 1 - len(lines))
-        lines += code
-    return "\n".join(lines) + "\n"
+        only = _SNIPPET.fullmatch(example.code.strip())
+        if only is not None:
+            snippet = SNIPPETS / only["name"]
+            chunks.append((snippet.read_text(encoding="utf-8"), str(snippet)))
+        else:
+            chunks.append(("\n" * (example.line - 1) + expand_snippets(example.code), str(page)))
+    return chunks
 
 
-def _run_page(source: str, filename: str, cwd: str, results: Any) -> None:
+def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any) -> None:
     try:
         os.chdir(cwd)
         import torch
 
         torch.set_num_threads(1)
-        exec(compile(source, filename, "exec"), {"__name__": "__main__", "__file__": filename})  # noqa: S102
+        namespace = {"__name__": "__main__", "__file__": page}
+        for source, filename in chunks:
+            exec(compile(source, filename, "exec"), namespace)  # noqa: S102
         results.put((True, ""))
     except BaseException:  # noqa: BLE001 - every failure reaches the test with its traceback
         results.put((False, traceback.format_exc()))
@@ -110,7 +115,7 @@ def run_page(page: Path, cwd: Path) -> None:
     # A no-op once the server runs (tests/conftest.py starts the same one, with torch and the engine preloaded).
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "engine", "trainer", "callbacks", "trackers"])
     results = ctx.Queue()
-    proc = ctx.Process(target=_run_page, args=(page_source(page), str(page), str(cwd), results), daemon=False)
+    proc = ctx.Process(target=_run_page, args=(page_chunks(page), str(page), str(cwd), results), daemon=False)
     proc.start()
     try:
         ok, error = results.get(timeout=TIMEOUT_S)
@@ -154,8 +159,9 @@ def test_the_collector_reads_markers_snippets_and_line_numbers(tmp_path: Path) -
                     encoding="utf-8")
     found = examples(page)
     assert [(e.line, e.no_run) for e in found] == [(4, None), (9, "needs a GPU"), (14, None)]
-    source = page_source(page)
-    assert source.splitlines()[14] == 'raise ValueError("line 15")'
+    chunks = page_chunks(page)
+    assert [filename for _, filename in chunks] == [str(page)] * 2
+    assert chunks[1][0].splitlines()[14] == 'raise ValueError("line 15")'
     with pytest.raises(AssertionError, match=r"page\.md\", line 15"):
         run_page(page, tmp_path)
     assert "import torch" in expand_snippets('--8<-- "tiny_setup.py"')
