@@ -1,10 +1,10 @@
 """A griffe extension: Ember's docstrings, written for ``pydoc`` and doctest, rendered as Markdown.
 
-The source docstrings use Google's ``Example:`` heading with doctest lines, and reST literal blocks (a line ending in
-``::`` followed by an indented block). Griffe's Google parser turns an ``Examples:`` section's ``>>>`` lines into
+The source docstrings use Google's ``Example:`` heading with doctest lines, doctest lines without a heading, and
+reST literal blocks (a line ending in ``::`` followed by an indented block). Griffe's Google parser turns an ``Examples:`` section's ``>>>`` lines into
 code, but renders ``Example:`` as an admonition of Markdown text (the ``>>>`` become nested quotes) and a literal
 block as a paragraph. Rewriting the text before it is parsed keeps the source as it is (doctests still run) and
-renders both as code.
+renders all three as code.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _looks_like_python(block: list[str]) -> bool:
 
 
 def rewrite(text: str) -> str:
-    """``Example:`` headings as ``Examples:`` sections, and reST literal blocks (``text::``) as fenced code.
+    """``Example:`` headings as ``Examples:`` sections, doctests elsewhere and reST literal blocks (``text::``)
+    as fenced code.
 
     >>> print(rewrite("Do it.\\n\\nExample::\\n\\n    run()\\n"))
     Do it.
@@ -60,11 +61,23 @@ def rewrite(text: str) -> str:
     """
     lines = text.splitlines()
     out: list[str] = []
+    examples_indent: int | None = None  # the indentation of the "Examples:" heading we are under, if any
     i = 0
     while i < len(lines):
         line = lines[i]
         indent = len(line) - len(line.lstrip())
+        if examples_indent is not None and line.strip() and indent <= examples_indent:
+            examples_indent = None
+        if examples_indent is None and line.lstrip().startswith(">>>"):
+            end = i
+            while end < len(lines) and lines[end].strip():
+                end += 1
+            out += [" " * indent + "```pycon", *lines[i:end], " " * indent + "```"]  # a doctest outside Examples
+            i = end
+            continue
         match = _EXAMPLE.match(line)
+        if match is not None or line.strip() == "Examples:":
+            examples_indent = indent
         literal = line.rstrip().endswith("::") and not line.lstrip().startswith(">>>")
         block, end = _block(lines, i + 1, indent) if literal else ([], i + 1)
         if match is not None:
