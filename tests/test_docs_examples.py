@@ -166,3 +166,18 @@ def test_the_collector_reads_markers_snippets_and_line_numbers(tmp_path: Path) -
         run_page(page, tmp_path)
     assert "import torch" in expand_snippets('--8<-- "tiny_setup.py"')
 
+
+
+_PATH = re.compile(r"`((?:tests|engine|trainer|callbacks|trackers|examples|benchmarks|docs)/[\w./*-]*)")
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """A path in backquotes (``tests/trainer/test_resume*.py``, ``engine/environment.py``) names a file or folder
+    of the repository (globs must match something), so a renamed test or module cannot leave the docs behind."""
+    missing = []
+    for page in pages():
+        for path in sorted(set(_PATH.findall(page.read_text(encoding="utf-8")))):
+            path = path.rstrip(".")
+            if not (list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
+                missing.append(f"{_shown(page)}: {path}")
+    assert not missing, "the docs name files that do not exist:\n" + "\n".join(missing)

@@ -59,8 +59,10 @@ def test_the_api_reference_and_the_pictures_are_in_the_site(site: Path) -> None:
                          ("trainer", "trainer.TrainModule"), ("callbacks", "callbacks.ModelCheckpoint"),
                          ("callbacks", "callbacks.base"), ("trackers", "trackers.GeneralTracker")):
         assert f'id="{anchor}"' in api[name], f"api/{name}: no entry for {anchor}"
-    # Docstring examples render as code, not as nested quotes (docs/gen/griffe_examples.py).
-    assert "<blockquote>\n<blockquote>" not in api["callbacks"]
+    # Docstring examples and literal blocks render as code, not as nested quotes or a literal fence
+    # (docs/gen/griffe_examples.py).
+    for name, html in api.items():
+        assert "<blockquote>\n<blockquote>" not in html and "```" not in html, f"api/{name}: a docstring's code did not render"
     for picture in ("curves.png", "hook_timeline.png"):
         assert (site / "figures" / picture).stat().st_size > 10_000, f"figures/{picture} is missing or empty"
     get_started = (site / "get-started" / "index.html").read_text(encoding="utf-8")

@@ -33,28 +33,36 @@ def _block(lines: list[str], start: int, above: int) -> tuple[list[str], int]:
     return lines[j:end], end
 
 
-def _fenced(block: list[str]) -> list[str]:
-    indent = len(block[0]) - len(block[0].lstrip())
+def _fenced(block: list[str], indent: int, blank_before: bool = True) -> list[str]:
+    """``block`` fenced at ``indent`` (the paragraph's own indentation: deeper, Markdown would read the fence as
+    indented code), its lines moved left to match. A section heading must be followed directly by its content
+    (after a blank line griffe reads it as text), hence ``blank_before``."""
+    shift = len(block[0]) - len(block[0].lstrip()) - indent
     language = "python" if _looks_like_python(block) else "text"
-    return ["", " " * indent + "```" + language, *block, " " * indent + "```", ""]
+    body = [line[shift:] if line.strip() else "" for line in block]
+    return [*([""] if blank_before else []), " " * indent + "```" + language, *body, " " * indent + "```", ""]
 
 
 def _looks_like_python(block: list[str]) -> bool:
     text = "\n".join(block)
-    return bool(re.search(r"^\s*(def |class |import |from |@|\w+ = |[\w.]+\(.*\)\s*$)", text, flags=re.MULTILINE))
+    return bool(re.search(r"^\s*(def |class |import |from \S+ import |@\w|[\w.]+ = )", text, flags=re.MULTILINE))
 
 
 def rewrite(text: str) -> str:
     """``Example:`` headings as ``Examples:`` sections, doctests elsewhere and reST literal blocks (``text::``)
     as fenced code.
 
-    >>> print(rewrite("Do it.\\n\\nExample::\\n\\n    run()\\n"))
-    Do it.
+    >>> print(rewrite("Do it::\\n\\n    setup()\\n\\nExample::\\n\\n    x = run()\\n"))
+    Do it:
+    <BLANKLINE>
+    ```text
+    setup()
+    ```
+    <BLANKLINE>
     <BLANKLINE>
     Examples:
-    <BLANKLINE>
         ```python
-        run()
+        x = run()
         ```
     <BLANKLINE>
     <BLANKLINE>
@@ -90,7 +98,8 @@ def rewrite(text: str) -> str:
         else:
             out.append(line)
         if block:
-            out += _fenced(block)
+            heading_only = match is not None and not match["title"]
+            out += _fenced(block, indent + 4 if match is not None else indent, blank_before=not heading_only)
             i = end
         else:
             i += 1
