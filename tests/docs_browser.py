@@ -9,6 +9,7 @@ to descriptor 4, each a JSON object ended by a NUL byte: no websocket client, no
 from __future__ import annotations
 
 import base64
+import fcntl
 import functools
 import http.server
 import json
@@ -44,20 +45,18 @@ class Browser:
         self.timeout = timeout
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # The browser's fd 3 reads our commands, its fd 4 writes our replies. Both ends are first moved above
-        # 4 so that neither dup2 overwrites the other; subprocess then closes every fd but 3 and 4 (pass_fds).
-        def child_fds() -> None:
-            reader, writer = os.dup(to_browser_r) + 100, os.dup(from_browser_w) + 100
-            os.dup2(to_browser_r, reader)
-            os.dup2(from_browser_w, writer)
-            os.dup2(reader, 3)
-            os.dup2(writer, 4)
-
+        # The browser's fd 3 reads our commands, its fd 4 writes our replies. bash puts the pipe ends there (no
+        # preexec_fn: unsafe while the test's HTTP server thread runs; and not sh: dash takes no fd above 9),
+        # after they were moved to fds >= 10, so that neither redirection overwrites the other.
+        reader, writer = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_r, from_browser_w))
+        for fd in (to_browser_r, from_browser_w):
+            os.close(fd)
         self.process = subprocess.Popen(
-            [executable, *FLAGS, f"--user-data-dir={_profile_dir()}", "about:blank"], preexec_fn=child_fds,
-            pass_fds=(3, 4), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(to_browser_r)
-        os.close(from_browser_w)
+            ["/bin/bash", "-c", f'exec "$@" 3<&{reader} 4>&{writer} {reader}<&- {writer}>&-', "bash", executable,
+             *FLAGS, f"--user-data-dir={_profile_dir()}", "about:blank"],
+            pass_fds=(reader, writer), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(reader)
+        os.close(writer)
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict[str, Any]] = []
@@ -202,7 +201,7 @@ def serve(folder: Path) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's signature
         pass
 
 

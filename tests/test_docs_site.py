@@ -87,3 +87,18 @@ def test_the_pages_load_in_a_browser_without_errors_and_search_works(site: Path)
         assert any("Checkpoints" in title for title in titles), f"search for async_save found {titles}"
         assert page.errors() == [], f"JavaScript or load errors while searching: {page.errors()}"
         assert page.goto(base + "no/such/page/") == 404  # the check above would see a missing page
+
+
+def test_docstrings_are_rewritten_into_markdown_that_renders() -> None:
+    """docs/gen/griffe_examples.py: ``Example:`` becomes an ``Examples:`` section, a doctest outside one and a
+    reST literal block become fences (each would otherwise render as nested quotes or a paragraph)."""
+    pytest.importorskip("griffe", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    sys.path.insert(0, str(ROOT / "docs" / "gen"))
+    try:
+        from griffe_examples import rewrite
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "gen"))
+    assert rewrite("Sum.\n\nExample:\n    >>> 1 + 1\n    2\n") == "Sum.\n\nExamples:\n    >>> 1 + 1\n    2\n"
+    assert rewrite("Sum.\n\n>>> 1 + 1\n2\n") == "Sum.\n\n```pycon\n>>> 1 + 1\n2\n```\n"
+    assert rewrite("Calls::\n\n    setup()\n    fit()\n") == "Calls:\n\n```text\nsetup()\nfit()\n```\n\n"
+    assert rewrite("Example (a title)::\n\n    x = f()\n").startswith("Examples:\n    a title:\n\n    ```python\n")
