@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, TensorDataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from callbacks import Callback  # noqa: E402
-from trainer import Trainer, TrainModule  # noqa: E402
+from callbacks import Callback
+from trainer import Trainer, TrainModule
 
 PACKAGES = ("engine", "trackers", "callbacks", "trainer")
 

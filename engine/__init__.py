@@ -36,6 +36,7 @@ from engine.operations import (
     send_to_device,
 )
 from engine.optimizer import AcceleratedOptimizer
+from engine.parallelism_config import ParallelismConfig
 from engine.profiler import ProfileKwargs
 from engine.random import set_seed
 from engine.scheduler import AcceleratedScheduler
@@ -85,6 +86,7 @@ __all__ = [
     "InitProcessGroupKwargs",
     "IterableDatasetShard",
     "KwargsHandler",
+    "ParallelismConfig",
     "PartialState",
     "ProfileKwargs",
     "ProjectConfiguration",

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from engine import operations
 from engine.accelerator_checkpoint import CheckpointingMixin
+from engine.accelerator_mesh import MeshMixin, resolve_parallelism
 from engine.accelerator_process import ProcessControlMixin
 from engine.accelerator_tracking import TrackingMixin
 from engine.backends import Backend, select_backend
@@ -31,8 +32,9 @@ from engine.config import (
     ProjectConfiguration,
     merge_dataloader_config,
 )
-from engine.deepspeed_plugin import DeepSpeedPlugin
+from engine.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
 from engine.environment import EngineEnvironment
+from engine.fp8 import AORecipeKwargs, Fp8Training
 from engine.keywords import suggest_keywords
 from engine.optimizer import AcceleratedOptimizer
 from engine.parallel import extract_model_from_parallel, unwrap
@@ -70,7 +72,7 @@ def _is_scheduler(obj: Any) -> bool:
 
 
 @suggest_keywords
-class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin):
+class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin, MeshMixin):
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
 
     >>> accelerator = Accelerator(cpu=True)
@@ -90,9 +92,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                  use_seedable_sampler: bool = _UNSET, step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: list[KwargsHandler] | None = None, dynamo_backend: str | None = None,
                  dynamo_plugin: Any = None, parallelism_config: Any = None) -> None:
-        for name, value in (("megatron_lm_plugin", megatron_lm_plugin), ("parallelism_config", parallelism_config)):
-            if value is not None:
-                raise NotImplementedError(f"{name} is not supported: {_UNSUPPORTED}. Remove `{name}=`.")
+        if megatron_lm_plugin is not None:
+            raise NotImplementedError(f"megatron_lm_plugin is not supported: {_UNSUPPORTED}. Remove "
+                                      "`megatron_lm_plugin=`; tensor parallelism is ParallelismConfig(tp_size=...).")
         mixed_precision = validate_precision(mixed_precision)
         # The ACCELERATE_* / launcher variables, read once here and passed down (they override the keywords).
         environment = EngineEnvironment.from_env()
@@ -115,18 +117,12 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             from engine.fsdp import FullyShardedDataParallelPlugin
 
             fsdp_plugin = FullyShardedDataParallelPlugin()
-        if deepspeed_plugin is None and environment.use_deepspeed:
-            deepspeed_plugin = DeepSpeedPlugin()  # configured by ACCELERATE_DEEPSPEED_* (ember launch sets them)
-        if deepspeed_plugin is not None:
-            if not isinstance(deepspeed_plugin, DeepSpeedPlugin):
-                raise TypeError(f"Accelerator(deepspeed_plugin=...) takes an engine.DeepSpeedPlugin. Received: "
-                                f"{type(deepspeed_plugin).__name__}.")
-            if fsdp_plugin is not None:
-                raise ValueError("Accelerator(deepspeed_plugin=..., fsdp_plugin=...) asks for two backends: pass one.")
-            # The DeepSpeed config decides the precision it trains in (as in Accelerate): bf16 / fp16 sections.
-            mixed_precision = deepspeed_plugin.set_mixed_precision(mixed_precision or "no")
+        deepspeed_plugin, mixed_precision = choose_deepspeed_plugin(deepspeed_plugin, environment, fsdp_plugin,
+                                                                    mixed_precision)
+        parallelism_config, fsdp_plugin = resolve_parallelism(parallelism_config, environment, fsdp_plugin,
+                                                              deepspeed_plugin)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, fsdp_plugin=fsdp_plugin,
-                                      deepspeed_plugin=deepspeed_plugin,
+                                      deepspeed_plugin=deepspeed_plugin, parallelism_config=parallelism_config,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, _environment=environment,
                                       **init_kwargs)
         self._use_distributed = self.state.use_distributed  # fixed for the life of the process group
@@ -154,8 +150,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
         precision = self.state.mixed_precision
         check_autocast_support(self.device, precision, environment.cpu_bf16)
-        self.native_amp = precision in ("fp16", "bf16")
+        self.native_amp = precision in ("fp16", "bf16", "fp8")  # fp8: float8 matrix products in a bf16 autocast
         self.scaler = make_grad_scaler(self.device, precision, self.scaler_handler)
+        self.fp8 = Fp8Training.create(precision, handlers.get(AORecipeKwargs), environment, self.is_fsdp2)
 
         self.step = 0
         self.flag_tensor: torch.Tensor | None = None
@@ -170,7 +167,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
     @staticmethod
     def _sort_kwargs_handlers(handlers: list[KwargsHandler]) -> dict[type, Any]:
         known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs,
-                 ProfileKwargs)
+                 ProfileKwargs, AORecipeKwargs)
         found: dict[type, Any] = {}
         for handler in handlers:
             kind = next((k for k in known if isinstance(handler, k)), None)
@@ -311,6 +308,9 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         """``prepare`` for a backend that builds the model, optimizer and scheduler together (DeepSpeed)."""
         if any(placement is not None for placement in device_placement):
             raise ValueError("You can't customize device placements with DeepSpeed or Megatron-LM.")
+        if sum(isinstance(obj, torch.nn.Module) for obj in args) > 1:  # Accelerate's type and words
+            raise AssertionError("You can't use same `Accelerator()` instance with multiple models when using "
+                                 "DeepSpeed")
         result = [self._prepare_one(obj, None, first_pass=True) if isinstance(obj, DataLoader) else obj
                   for obj in args]
         from engine.deepspeed_plugin import DummyOptim, DummyScheduler
@@ -384,6 +384,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
         if device_placement is None:
             device_placement = self.device_placement and self.backend.places_models
+        model = self.fp8.convert(model, self._optimizers)  # fp8: Float8Linear layers, before any wrapper
         self._models.append(model)
         if self.native_amp:
             wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
@@ -403,6 +404,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             return optimizer
         if device_placement is None:
             device_placement = self.device_placement
+        self.fp8.link(optimizer)  # fp8: to the converted weights first, which a backend may then replace in turn
         self.backend.prepare_optimizer(optimizer, self._models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.device)
@@ -431,8 +433,13 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if device_placement is None:
             device_placement = self.device_placement
         config = self.dataloader_config
+        shards, index = self.backend.data_shard()  # tensor-parallel processes share their batches
+        if config.dispatch_batches and shards != self.num_processes:
+            raise ValueError(f"dispatch_batches=True sends each process its own slice of rank 0's batch, but the "
+                             f"{self.num_processes} processes of this ParallelismConfig form {shards} data-parallel "
+                             "groups (tensor-parallel processes share batches): use dispatch_batches=False.")
         prepared = prepare_data_loader(
-            data_loader, self.device, num_processes=self.num_processes, process_index=self.process_index,
+            data_loader, self.device, num_processes=shards, process_index=index,
             split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
             slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
@@ -547,7 +554,14 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         except TypeError:
             all_tensors = False
         use_gather_object = use_gather_object or not all_tensors
-        data = operations.gather_object(input_data) if use_gather_object else operations.gather(input_data)
+        # Over the data-parallel processes only: tensor-parallel ones hold the same results (Accelerate gathers
+        # them all, counting each tensor-parallel group's samples tp_size times).
+        group = self.backend.data_parallel_group()
+        if group == "local":
+            data = input_data
+        else:
+            data = (operations.gather_object(input_data, group=group) if use_gather_object
+                    else operations.gather(input_data, group=group))
         if not self.gradient_state.end_of_dataloader:
             return data
         remainder = self.gradient_state.remainder

@@ -1,8 +1,9 @@
 """``DeepSpeedPlugin`` (Accelerate's fields, defaults and environment variables), ``DummyOptim`` /
 ``DummyScheduler``, and the DeepSpeed config with its ``"auto"`` values.
 
-The plugin holds the DeepSpeed config as a dict (``plugin.deepspeed_config``), built from its fields or read from
-``hf_ds_config`` (a dict, a JSON file, a JSON string or base64 JSON). Keys left ``"auto"`` are filled when the
+The plugin holds the DeepSpeed config as a dict (``plugin.deepspeed_config``, the ``config`` of its
+``hf_ds_config``), built from its fields or read from ``hf_ds_config`` (a dict, a JSON file, a JSON string or base64
+JSON). Keys left ``"auto"`` are filled when the
 Accelerator prepares the model, from the Accelerator and the prepared objects, as Accelerate fills them
 (``fill_auto``). Nothing here imports ``deepspeed``: that happens when a DeepSpeed backend is built
 (``engine.backends.deepspeed``), so ``import engine`` stays cheap and works without the ``deepspeed`` extra.
@@ -10,20 +11,21 @@ Accelerator prepares the model, from the Accelerator and the prepared objects, a
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import copy
-import json
+import importlib.util
 import math
-import os
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from engine.environment import EngineEnvironment
+from engine.deepspeed_config import HfDeepSpeedConfig
+from engine.environment import EngineEnvironment, announce_deepspeed
 from engine.keywords import suggest_keywords
+from engine.state import AcceleratorState
 
 _STAGES = (0, 1, 2, 3)
 _DEVICES = ("none", "cpu", "nvme")
@@ -66,6 +68,9 @@ class DeepSpeedPlugin:
         transformer_moe_cls_names / enable_msamp / msamp_opt_level: accepted; MoE leaf modules and MS-AMP are
             not supported by Ember (a clear error when asked for).
 
+    After construction ``hf_ds_config`` is an ``HfDeepSpeedConfig`` and ``deepspeed_config`` its ``config`` dict
+    (one dict: edits through either are the config the engine trains with).
+
     Example:
         >>> plugin = DeepSpeedPlugin(zero_stage=3, gradient_clipping=0.5)
         >>> plugin.zero_stage, plugin.zero3_init_flag, plugin.deepspeed_config["zero_optimization"]["stage"]
@@ -89,7 +94,6 @@ class DeepSpeedPlugin:
     transformer_moe_cls_names: str | None = None
     enable_msamp: bool | None = None
     msamp_opt_level: str | None = None
-    deepspeed_config: dict[str, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.gradient_accumulation_steps is None:
@@ -107,6 +111,8 @@ class DeepSpeedPlugin:
             self.zero3_save_16bit_model = _env("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false").lower() in _TRUE
         if self.enable_msamp is None:
             self.enable_msamp = _env("ACCELERATE_FP8_BACKEND", "").upper() == "MSAMP"
+        if self.msamp_opt_level is None:
+            self.msamp_opt_level = _env("ACCELERATE_FP8_OPT_LEVEL", "O1")
         if self.enable_msamp or self.transformer_moe_cls_names:
             what = "MS-AMP (enable_msamp)" if self.enable_msamp else "MoE leaf modules (transformer_moe_cls_names)"
             raise ValueError(f"DeepSpeedPlugin: {what} is not supported by Ember. Remove it; fp8 training goes "
@@ -114,9 +120,14 @@ class DeepSpeedPlugin:
         if self.hf_ds_config is None:
             self.hf_ds_config = _env("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
         if isinstance(self.hf_ds_config, str) and self.hf_ds_config == "none":
-            self.deepspeed_config = self._config_from_fields()
+            self.hf_ds_config = HfDeepSpeedConfig(self._config_from_fields())
         else:
-            self.deepspeed_config = self._config_from_file(_read_config(self.hf_ds_config))
+            if not isinstance(self.hf_ds_config, HfDeepSpeedConfig):
+                self.hf_ds_config = HfDeepSpeedConfig(self.hf_ds_config)
+            self._config_from_file(self.hf_ds_config.config)
+            self.hf_ds_config.set_stage_and_offload()
+        self.deepspeed_config: dict[str, Any] = self.hf_ds_config.config
+        self.dschf: Any = None  # transformers' HfDeepSpeedConfig once the Accelerator selects this plugin
         stage = self.deepspeed_config["zero_optimization"].get("stage")
         if stage not in _STAGES:
             raise ValueError(f"DeepSpeedPlugin(zero_stage={stage!r}) is not a ZeRO stage: use 0, 1, 2 or 3.")
@@ -154,8 +165,8 @@ class DeepSpeedPlugin:
         config["steps_per_print"] = float("inf")  # DeepSpeed's own step logs off, as Accelerate sets it
         return config
 
-    def _config_from_file(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The given config, its ``"auto"`` keys taken from the fields; the fields follow the config."""
+    def _config_from_file(self, config: dict[str, Any]) -> None:
+        """Fill the given config's ``"auto"`` keys from the fields (in place); the fields follow the config."""
         if "zero_optimization" not in config:
             raise ValueError("Please specify the ZeRO optimization config in the DeepSpeed config.")
         config.setdefault("gradient_accumulation_steps", 1)  # as DeepSpeed reads a config without it
@@ -165,10 +176,7 @@ class DeepSpeedPlugin:
                   "zero_optimization.offload_optimizer.device": self.offload_optimizer_device,
                   "zero_optimization.offload_param.device": self.offload_param_device,
                   "zero_optimization.stage3_gather_16bit_weights_on_model_save": self.zero3_save_16bit_model}
-        for key, value in fields.items():
-            parent, leaf = _locate(config, key)
-            if parent is not None and parent.get(leaf) == "auto":
-                parent[leaf] = value
+        _fill(config, fields)
         zero = config["zero_optimization"]
         self.gradient_accumulation_steps = config.get("gradient_accumulation_steps")
         self.gradient_clipping = config.get("gradient_clipping", self.gradient_clipping)
@@ -177,13 +185,65 @@ class DeepSpeedPlugin:
         self.offload_param_device = zero.get("offload_param", {}).get("device", "none")
         self.zero3_save_16bit_model = bool(zero.get("stage3_gather_16bit_weights_on_model_save", False))
         config.setdefault("steps_per_print", float("inf"))
-        return config
+
+    # -- what transformers sees -----------------------------------------------------------------------------------
+    def set_deepspeed_weakref(self) -> None:
+        """Show this config to transformers (when it is installed), as Accelerate does when an Accelerator selects
+        the plugin: ``from_pretrained`` then builds a ZeRO-3 model partitioned (``deepspeed.zero.Init``) and
+        ``is_deepspeed_zero3_enabled()`` answers for it. The copy it gets has its batch ``"auto"`` keys settled
+        (DeepSpeed's ``zero.Init`` reads them before ``prepare`` fills the real ones).
+
+        Without transformers there is nothing to tell: Ember needs it neither for DeepSpeed nor for
+        ``zero3_init_flag`` (Accelerate refuses to start then).
+        """
+        if importlib.util.find_spec("transformers") is None:
+            return
+        from transformers.integrations import HfDeepSpeedConfig as TransformersConfig
+        from transformers.integrations import unset_hf_deepspeed_config
+
+        config = copy.deepcopy(self.deepspeed_config)
+        for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
+            if config.get(key, "auto") == "auto":
+                config[key] = 1
+        if config.get("train_batch_size") == "auto":
+            del config["train_batch_size"]
+        unset_hf_deepspeed_config()
+        self.dschf = TransformersConfig(config)  # transformers holds a weak reference: this keeps it alive
+
+    def is_zero3_init_enabled(self) -> bool:
+        return bool(self.zero3_init_flag)
+
+    @contextlib.contextmanager
+    def zero3_init_context_manager(self, enable: bool = False) -> Iterator[None]:
+        """Within the block, models are built with ``zero3_init_flag=enable`` (for instance a frozen teacher
+        model built whole next to a partitioned student).
+
+        With ``enable=False`` transformers is told nothing within the block, so ``from_pretrained`` builds the model
+        whole: Accelerate 1.15 keeps showing it the ZeRO-3 config there, and the model is partitioned anyway.
+        """
+        old = self.zero3_init_flag
+        if old == enable:
+            yield
+            return
+        self.zero3_init_flag = enable
+        self.dschf = None
+        if enable:
+            self.set_deepspeed_weakref()
+        elif importlib.util.find_spec("transformers") is not None:
+            from transformers.integrations import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+        try:
+            yield
+        finally:
+            self.zero3_init_flag = old
+            self.dschf = None
+            self.set_deepspeed_weakref()
 
     # -- reading and filling the config -------------------------------------------------------------------------
     def get_value(self, key: str, default: Any = None) -> Any:
         """The value of a dotted key (``"zero_optimization.stage"``), or ``default``."""
-        parent, leaf = _locate(self.deepspeed_config, key)
-        return default if parent is None else parent.get(leaf, default)
+        return self.hf_ds_config.get_value(key, default)
 
     def is_auto(self, key: str) -> bool:
         """Whether the dotted ``key`` is set to ``"auto"``."""
@@ -191,21 +251,21 @@ class DeepSpeedPlugin:
 
     def fill(self, values: Mapping[str, Any]) -> None:
         """Set each dotted key of ``values`` that the config leaves ``"auto"`` (explicit values are kept)."""
-        for key, value in values.items():
-            parent, leaf = _locate(self.deepspeed_config, key)
-            if parent is not None and parent.get(leaf) == "auto":
-                parent[leaf] = value
+        _fill(self.deepspeed_config, values)
 
     def set_mixed_precision(self, mixed_precision: str) -> str:
         """Add the ``bf16`` / ``fp16`` sections for the Accelerator's precision; returns the precision the config
         really trains in (the config wins, as in Accelerate)."""
+        if mixed_precision == "fp8":  # Accelerate's DeepSpeed fp8 goes through TransformerEngine / MS-AMP (GPU-only)
+            raise ValueError("mixed_precision='fp8' is not supported with DeepSpeed by Ember: fp8 (torchao) runs in "
+                             "one process, with DDP or with FSDP2 (FullyShardedDataParallelPlugin). Use 'bf16' here.")
         config = self.deepspeed_config
         for section, name in (("fp16", "fp16"), ("bf16", "bf16")):
             other = "bf16" if section == "fp16" else "fp16"
             if config.get(other, {}).get("enabled") is True and mixed_precision == section:
                 raise ValueError(f"`--mixed_precision` arg cannot be set to `{section}` when `{other}` is set in "
                                  "the DeepSpeed config file.")
-        for section in ("bf16", "fp16"):
+        for section in ("fp16", "bf16"):  # Accelerate's order (the config's repr shows it)
             entry = config.setdefault(section, {"enabled": mixed_precision == section})
             if entry.get("enabled") == "auto":
                 entry["enabled"] = mixed_precision == section
@@ -246,6 +306,29 @@ class DeepSpeedPlugin:
             self.deepspeed_config["zero_allow_untested_optimizer"] = True
 
 
+def choose_deepspeed_plugin(given: Any, environment: EngineEnvironment, fsdp_plugin: Any,
+                            mixed_precision: str | None) -> tuple[DeepSpeedPlugin | None, str | None]:
+    """The plugin a new Accelerator trains with (the one given, or one from ``ember launch --use_deepspeed``'s
+    variables) and the precision its config decides; Accelerate's checks and words."""
+    if given is not None and AcceleratorState.initialized_with_deepspeed():
+        raise NotImplementedError(
+            "You cannot pass in a `deepspeed_plugin` when creating a second `Accelerator`. Please make sure the "
+            "first `Accelerator` is initialized with all the plugins you want to use.")
+    plugin = given
+    if plugin is None and environment.use_deepspeed and not AcceleratorState.initialized_with_deepspeed():
+        plugin = DeepSpeedPlugin()  # configured by ACCELERATE_DEEPSPEED_* (ember launch sets them)
+    if plugin is None:
+        return None, mixed_precision
+    if not isinstance(plugin, DeepSpeedPlugin):
+        raise TypeError(f"Accelerator(deepspeed_plugin=...) takes an engine.DeepSpeedPlugin. Received: "
+                        f"{type(plugin).__name__}.")
+    if fsdp_plugin is not None:
+        raise ValueError("Accelerator(deepspeed_plugin=..., fsdp_plugin=...) asks for two backends: pass one.")
+    announce_deepspeed()
+    # The DeepSpeed config decides the precision it trains in (as in Accelerate): bf16 / fp16 sections.
+    return plugin, plugin.set_mixed_precision(mixed_precision or "no")
+
+
 class DummyOptim:
     """Stands for the optimizer the DeepSpeed config defines: ``prepare`` hands its parameters to DeepSpeed.
 
@@ -279,35 +362,15 @@ class DummyScheduler:
         self.kwargs = kwargs
 
 
-def _locate(config: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:
-    """The dict holding the dotted ``key``'s last part, and that part (``None`` when a parent is missing)."""
-    *parents, leaf = key.split(".")
-    node: Any = config
-    for part in parents:
-        node = node.get(part) if isinstance(node, dict) else None
-        if node is None:
-            return None, leaf
-    return (node if isinstance(node, dict) else None), leaf
-
-
-def _read_config(source: Any) -> dict[str, Any]:
-    """A deep copy of a config dict, or the config a JSON file / JSON string / base64 JSON holds."""
-    if isinstance(source, Mapping):
-        return copy.deepcopy(dict(source))
-    if isinstance(source, (str, os.PathLike)):
-        text = os.fspath(source)
-        if os.path.isfile(text):
-            with open(text, encoding="utf-8") as handle:
-                return json.load(handle)
-        for decode in (lambda t: t, lambda t: base64.urlsafe_b64decode(t).decode("utf-8")):
-            try:
-                loaded = json.loads(decode(text))
-            except (ValueError, UnicodeDecodeError):
-                continue
-            if isinstance(loaded, dict):
-                return loaded
-    raise ValueError("Expected a string path to an existing deepspeed config, or a dictionary, or a base64 encoded "
-                     f"string. Received: {source}")
+def _fill(config: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """Set each dotted key of ``values`` that ``config`` leaves ``"auto"``."""
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node: Any = config
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(leaf) == "auto":
+            node[leaf] = value
 
 
 def _hidden_size(model: torch.nn.Module, keys: list[str]) -> int:

@@ -144,9 +144,16 @@ class EngineEnvironment:
     fork_launched: bool  # FORK_LAUNCHED
     use_deepspeed: bool = False  # ACCELERATE_USE_DEEPSPEED (what `ember launch --use_deepspeed` sets)
     # DeepSpeedPlugin's settings as `accelerate launch` passes them: every ACCELERATE_DEEPSPEED_* variable, and
-    # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND (raw text; its steps are gradient_accumulation_steps).
+    # ACCELERATE_GRADIENT_CLIPPING / ACCELERATE_FP8_BACKEND / ACCELERATE_FP8_OPT_LEVEL (raw text; its steps are
+    # gradient_accumulation_steps).
     deepspeed: dict[str, str] = field(default_factory=dict)
+    # ParallelismConfig's sizes and backends as `accelerate launch` passes them: every PARALLELISM_CONFIG_* variable;
+    # ACCELERATE_USE_PARALLELISM_CONFIG=true makes an Accelerator build one from them.
+    parallelism: dict[str, str] = field(default_factory=dict)
+    use_parallelism_config: bool = False
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
+    # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.fp8 where Accelerate does).
+    fp8: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -169,9 +176,18 @@ class EngineEnvironment:
             fork_launched=read_fork_launched(env),
             use_deepspeed=env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"),
             deepspeed={k: v for k, v in env.items() if k.startswith("ACCELERATE_DEEPSPEED_") or k in (
-                "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND")},
+                "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_FP8_BACKEND", "ACCELERATE_FP8_OPT_LEVEL")},
+            parallelism={k: v for k, v in env.items() if k.startswith("PARALLELISM_CONFIG_")},
+            use_parallelism_config=env.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true",
             cpu_bf16=env.get("EMBER_CPU_BF16"),
+            fp8={k: v for k, v in env.items() if k.startswith("ACCELERATE_FP8_")},
         )
+
+
+def announce_deepspeed() -> None:
+    """Set ``ACCELERATE_USE_DEEPSPEED=true``, as Accelerate's Accelerator does when given a DeepSpeed plugin: code
+    that asks the environment (transformers, a later Accelerator of the process) sees DeepSpeed in use."""
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
 
 
 def write_rendezvous_variables(env: EngineEnvironment, use_cuda: bool) -> None:

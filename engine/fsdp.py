@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from engine.activation_checkpointing import checkpoint_modules, outermost_wrappers
 from engine.keywords import suggest_keywords
 
 STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
@@ -98,6 +99,10 @@ class FullyShardedDataParallelPlugin:
         sync_module_states: broadcast rank 0's parameters and buffers before sharding (as DDP does), so ranks
             that initialised the model differently still train one model.
         fsdp_version: only 2 (FSDP2) is supported.
+        activation_checkpointing: wrap each sharding unit (``transformer_cls_names_to_wrap`` / ``min_num_params``)
+            in torch's non-reentrant checkpoint wrapper before sharding, so it keeps only its inputs for backward
+            and recomputes the rest (see ``engine.activation_checkpointing``). Needs one of those two fields.
+        activation_checkpointing_offload: also move what the checkpointed units save to host memory.
     """
 
     transformer_cls_names_to_wrap: list[str] | str | None = None
@@ -108,6 +113,8 @@ class FullyShardedDataParallelPlugin:
     state_dict_type: str = "SHARDED_STATE_DICT"
     sync_module_states: bool = True
     fsdp_version: int = 2
+    activation_checkpointing: bool = False
+    activation_checkpointing_offload: bool = False
 
     def __post_init__(self) -> None:
         if self.fsdp_version != 2:
@@ -134,16 +141,27 @@ class FullyShardedDataParallelPlugin:
         if not isinstance(reshard, (bool, int)) or (not isinstance(reshard, bool) and reshard < 1):
             raise ValueError("FullyShardedDataParallelPlugin(reshard_after_forward=...) must be a bool or a "
                              f"positive int, got {reshard!r}.")
-        for flag in ("cpu_offload", "sync_module_states"):
+        for flag in ("cpu_offload", "sync_module_states", "activation_checkpointing",
+                     "activation_checkpointing_offload"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"FullyShardedDataParallelPlugin({flag}=...) must be a bool, got "
                                  f"{getattr(self, flag)!r}.")
+        self._check_activation_checkpointing(names)
         kind = str(self.state_dict_type).upper()
         if kind not in STATE_DICT_TYPES:
             raise ValueError(f"FullyShardedDataParallelPlugin(state_dict_type={self.state_dict_type!r}) is not "
                              f"supported: choose one of {STATE_DICT_TYPES}.")
         self.state_dict_type = kind
         self.mixed_precision_policy = _as_policy(self.mixed_precision_policy)
+
+    def _check_activation_checkpointing(self, names: list[str] | None) -> None:
+        if self.activation_checkpointing_offload and not self.activation_checkpointing:
+            raise ValueError("`activation_checkpointing_offload=True` requires `activation_checkpointing=True`.")
+        if self.activation_checkpointing and not names and self.min_num_params is None:
+            # Accelerate fails here in prepare with "TypeError: 'NoneType' object is not callable".
+            raise ValueError("FullyShardedDataParallelPlugin(activation_checkpointing=True) checkpoints the sharding "
+                             "units, and none are chosen: pass transformer_cls_names_to_wrap=[...] (e.g. your "
+                             "transformer block class) or min_num_params=N.")
 
     @property
     def sharded_state_dict(self) -> bool:
@@ -156,11 +174,35 @@ class FullyShardedDataParallelPlugin:
         if isinstance(policy, MixedPrecisionPolicy):
             return policy
         name = policy if isinstance(policy, str) else mixed_precision
-        dtype = _PRECISION_DTYPES.get(name)
+        # fp8 (torchao's Float8Linear) computes in bf16 around its float8 matrix products: bf16 parameters, as
+        # Accelerate maps it.
+        dtype = _PRECISION_DTYPES.get("bf16" if name == "fp8" else name)
         if dtype is None:
             return None
         # Low-precision compute, but gradients are reduced (summed across ranks) in fp32 so nothing is lost there.
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+    def prepare_units(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The modules to shard as units, innermost first, each first wrapped for activation checkpointing when
+        the plugin asks for it (in place); a unit already inside a checkpoint wrapper is sharded with the wrapper.
+
+        >>> import torch
+        >>> class Block(torch.nn.Linear): ...
+        >>> model = torch.nn.Sequential(Block(2, 2), Block(2, 2))
+        >>> plugin = FullyShardedDataParallelPlugin(transformer_cls_names_to_wrap=["Block"],
+        ...                                         activation_checkpointing=True)
+        >>> [type(unit).__name__ for unit in plugin.prepare_units(model)]
+        ['CheckpointWrapper', 'CheckpointWrapper']
+        """
+        units = self.units(model)
+        if self.activation_checkpointing:
+            if not units:
+                raise ValueError(f"FullyShardedDataParallelPlugin(activation_checkpointing=True, min_num_params="
+                                 f"{self.min_num_params}) found no submodule of {type(model).__name__} that large "
+                                 "to checkpoint: lower min_num_params or name the classes "
+                                 "(transformer_cls_names_to_wrap).")
+            checkpoint_modules(model, units, offload=self.activation_checkpointing_offload)
+        return outermost_wrappers(model, units)
 
     def units(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The submodules to shard as their own units, innermost first (``fully_shard`` must go bottom-up)."""
@@ -196,9 +238,18 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def holds_dtensors(model: torch.nn.Module) -> bool:
+    """Whether any parameter of ``model`` is a ``DTensor`` (FSDP2 shards, tensor parallelism, or both): its full
+    state must be gathered, and loads into it keep each rank's part."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
 def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str,
-                device: torch.device) -> torch.nn.Module:
-    """Shard ``model`` over every process: the plugin's units first, then the root; returns the same module.
+                device: torch.device, mesh: Any = None) -> torch.nn.Module:
+    """Shard ``model`` over every process (or over ``mesh``: a 2-D one is HSDP, replicas x shards): the plugin's
+    units first, then the root; returns the same module.
 
     Requires an initialised process group (``Accelerator`` made one). Works on CPU (gloo) and CUDA (nccl).
     """
@@ -209,9 +260,10 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("FSDP2 needs a process group: launch with `ember launch --nproc-per-node N` (or "
                            "torchrun) and create the Accelerator before preparing the model.")
-    from torch.distributed.device_mesh import init_device_mesh
+    if mesh is None:
+        from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": plugin.reshard_after_forward}
     policy = plugin.resolve_mixed_precision(mixed_precision)
     if policy is not None:
@@ -220,16 +272,34 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         # Pinned host memory only helps (and only exists) with a CUDA device to copy to.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     if plugin.sync_module_states:
-        _broadcast_from_rank0(model, device)
-    before = _Replaced({id(p): (weakref.ref(p), name) for name, p in model.named_parameters(remove_duplicate=False)})
-    for unit in plugin.units(model):
+        broadcast_from_rank0(model, device)
+    earlier = getattr(model, _REPLACED_ATTR, None)  # tensor parallelism replaced some, under their names then
+    names = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    units = plugin.prepare_units(model)
+    # Named after any checkpoint wrapping, so the names match the sharded model's when optimizers are retargeted.
+    before = parameter_names(model)
+    if earlier:
+        renamed = {names[id(p)]: name for name, p in model.named_parameters(remove_duplicate=False) if id(p) in names}
+        before = _Replaced({key: (ref, renamed.get(name, name)) for key, (ref, name) in earlier.items()})
+    for unit in units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     setattr(model, _REPLACED_ATTR, before)
     return model
 
 
-def _broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
+def parameter_names(model: torch.nn.Module) -> _Replaced:
+    """What ``retarget_optimizer`` needs to follow ``model``'s parameters once they are replaced (by
+    ``fully_shard`` or ``parallelize_module``): taken before the first replacement."""
+    return _Replaced({id(p): (weakref.ref(p), name) for name, p in model.named_parameters(remove_duplicate=False)})
+
+
+def remember_replaced(model: torch.nn.Module, before: _Replaced) -> None:
+    """Record that ``model``'s parameters named in ``before`` were replaced (see ``retarget_optimizer``)."""
+    setattr(model, _REPLACED_ATTR, before)
+
+
+def broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
     """Give every rank rank 0's parameters and buffers (one tensor at a time through ``device``)."""
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         if tensor.is_meta:
@@ -245,7 +315,7 @@ def _broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
 def retarget_optimizer(optimizer: torch.optim.Optimizer, models: Iterable[torch.nn.Module]) -> int:
     """Point ``optimizer`` at the sharded parameters that replaced the ones it was built with; returns how many.
 
-    ``fully_shard`` swaps every parameter for a new ``DTensor``, so an optimizer made before ``prepare`` would
+    ``fully_shard`` (and ``parallelize_module``) swaps parameters for new ``DTensor`` ones, so an optimizer made before ``prepare`` would
     otherwise update tensors the model no longer uses.
     """
     swaps: list[tuple[_Replaced, dict[str, torch.nn.Parameter]]] = []
@@ -263,7 +333,7 @@ def retarget_optimizer(optimizer: torch.optim.Optimizer, models: Iterable[torch.
                 continue
             if optimizer.state.get(param):
                 raise ValueError(f"The optimizer {type(optimizer).__name__} already holds state (it has stepped) for "
-                                 "parameters that FSDP2 sharded in prepare(); that state cannot be sharded. Create "
+                                 "parameters that prepare() sharded (FSDP2 / tensor parallelism); that state cannot be sharded. Create "
                                  "the optimizer, or at least step it, only after accelerator.prepare(model).")
             params[i] = new
             count += 1
@@ -278,7 +348,7 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = True) -> dict[str
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    if not is_sharded(model):
+    if not holds_dtensors(model):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if rank0_only:
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -293,7 +363,7 @@ def load_full_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tenso
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    if not is_sharded(model):
+    if not holds_dtensors(model):
         model.load_state_dict(dict(state), strict=strict)
         return
     set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))

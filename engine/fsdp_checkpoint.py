@@ -347,21 +347,21 @@ def prepare_save(plugin: Any, models: Sequence[torch.nn.Module], optimizers: Seq
     the checkpoint writer gets no optimizer; otherwise it calls ``state_dict()`` on each returned object, whose
     state, for an optimizer over an FSDP2 model, was gathered to rank 0 here.
     """
-    from engine.fsdp import is_sharded
+    from engine.fsdp import holds_dtensors, is_sharded
 
-    fsdp_models = [m for m in models if is_sharded(m)]
-    if fsdp_models and not sync_gradients:
+    if any(is_sharded(m) for m in models) and not sync_gradients:
         raise ValueError("save_state() was called in the middle of gradient accumulation under FSDP2: FSDP2 keeps "
                          "the gradients accumulated under no_sync in private buffers that cannot be saved, so the "
                          "resumed run would differ. Save after an optimizer step (when accelerator.sync_gradients "
                          "is True).")
     if uses_sharded_checkpoint(plugin):
         return True, []
+    distributed = [m for m in models if holds_dtensors(m)]
     result: list[Any] = []
     for optimizer in optimizers:
-        owner = owner_model(optimizer, models) if fsdp_models else None
+        owner = owner_model(optimizer, models) if distributed else None
         result.append(_GatheredOptimizer(full_optimizer_state_dict(optimizer, owner))
-                      if owner is not None and is_sharded(owner) else optimizer)
+                      if owner is not None and holds_dtensors(owner) else optimizer)
     return False, result
 
 
@@ -374,10 +374,10 @@ def load_model_weights(model: torch.nn.Module, state: Mapping[str, torch.Tensor]
 
 def load_optimizer_state(optimizer: Any, state: Mapping[str, Any], models: Sequence[torch.nn.Module]) -> None:
     """``optimizer.load_state_dict(state)`` from a full state; over an FSDP2 model each rank keeps its shard."""
-    from engine.fsdp import is_sharded
+    from engine.fsdp import holds_dtensors
 
-    owner = owner_model(optimizer, models) if any(is_sharded(m) for m in models) else None
-    if owner is None or not is_sharded(owner):
+    owner = owner_model(optimizer, models) if any(holds_dtensors(m) for m in models) else None
+    if owner is None or not holds_dtensors(owner):
         optimizer.load_state_dict(state)
     else:
         load_full_optimizer_state_dict(optimizer, owner, state)

@@ -217,6 +217,11 @@ def is_bnb_available(min_version: str | None = None) -> bool:
     return min_version is None or compare_versions("bitsandbytes", ">=", min_version)
 
 
+def is_torchao_available(min_version: str = "0.6.1") -> bool:
+    """Whether torchao (fp8 training, the ``fp8`` extra) is installed, at least ``min_version`` (as Accelerate)."""
+    return _is_package_available("torchao") and compare_versions("torchao", ">=", min_version)
+
+
 def is_pandas_available() -> bool:
     return _is_package_available("pandas")
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from engine.launch_config import (
     DEEPSPEED_VARIABLES,
+    PRECISIONS,
     LaunchConfig,
     LaunchSettingError,
     default_config_path,
@@ -185,7 +186,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     _flag(parser, "--rdzv-id", default=None, help="job id shared by all nodes (default: ember)")
     _flag(parser, "--max-restarts", type=int, default=None,
           help="restart the whole worker group up to this many times after a failure")
-    _flag(parser, "--mixed-precision", default=None, choices=("no", "fp16", "bf16"))
+    _flag(parser, "--mixed-precision", default=None, choices=PRECISIONS)
     _flag(parser, "--cpu", action=argparse.BooleanOptionalAction, default=None,
           help="train on the CPU even if GPUs exist")
     _flag(parser, "--multi-gpu", action="store_true",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PRECISIONS = ("no", "fp16", "bf16")
+PRECISIONS = ("no", "fp16", "bf16", "fp8")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
 _NNODES = re.compile(r"^(\d+)(?::(\d+))?$")
 # The variables `accelerate launch` gives the workers for each DeepSpeed setting (the keys of an accelerate

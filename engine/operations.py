@@ -135,24 +135,25 @@ def _verify_operation(tensor: Any, operation: str, ndim_only: bool = False) -> N
             f"Operation: `{name}`\nInput shapes:\n  - {detail}\n{hint}")
 
 
-def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+def _gather_one(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     if tensor.ndim == 0:
         tensor = tensor.clone()[None]
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     state = PartialState()
+    size = state.num_processes if group is None else dist.get_world_size(group)
     if state.backend == "gloo":
-        parts = [torch.empty_like(tensor) for _ in range(state.num_processes)]
-        dist.all_gather(parts, tensor)
+        parts = [torch.empty_like(tensor) for _ in range(size)]
+        dist.all_gather(parts, tensor, group=group)
         return torch.cat(parts, dim=0)
-    out = torch.empty((state.num_processes * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
-                      device=tensor.device)
-    dist.all_gather_into_tensor(out, tensor)
+    out = torch.empty((size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    dist.all_gather_into_tensor(out, tensor, group=group)
     return out
 
 
-def gather(tensor: Any) -> Any:
-    """Concatenate ``tensor`` from every process along dim 0, in rank order (0-d tensors become 1-d).
+def gather(tensor: Any, group: Any = None) -> Any:
+    """Concatenate ``tensor`` from every process (or those of ``group``) along dim 0, in rank order (0-d tensors
+    become 1-d).
 
     In a single process the input is returned unchanged.
     """
@@ -160,16 +161,17 @@ def gather(tensor: Any) -> Any:
     if not state.use_distributed:
         return tensor
     _verify_operation(tensor, "gather")
-    return recursively_apply(_gather_one, tensor, error_on_other_type=True)
+    return recursively_apply(_gather_one, tensor, group=group, error_on_other_type=True)
 
 
-def gather_object(obj: Any) -> list[Any]:
-    """Gather a picklable iterable from every process and flatten one level: ``[0, 'x']`` x 2 ranks -> 4 items."""
+def gather_object(obj: Any, group: Any = None) -> list[Any]:
+    """Gather a picklable iterable from every process (or those of ``group``) and flatten one level: ``[0, 'x']``
+    x 2 ranks -> 4 items."""
     state = PartialState()
     if not state.use_distributed:
         return obj
-    everyone: list[Any] = [None] * state.num_processes
-    dist.all_gather_object(everyone, obj)
+    everyone: list[Any] = [None] * (state.num_processes if group is None else dist.get_world_size(group))
+    dist.all_gather_object(everyone, obj, group=group)
     flat: list[Any] = []
     for rank, part in enumerate(everyone):
         try:

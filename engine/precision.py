@@ -10,22 +10,25 @@ import torch
 
 from engine.config import AutocastKwargs, GradScalerKwargs
 from engine.cpu_features import bf16_slowdown_note, cpu_flags
+from engine.fp8 import require_torchao
 from engine.operations import convert_outputs_to_fp32
 
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# fp8 (torchao's Float8Linear, engine.fp8) runs inside a bf16 autocast, as in Accelerate.
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 
 
 def validate_precision(mixed_precision: str | None) -> str | None:
-    """Check a ``mixed_precision`` value (case-sensitive, as Accelerate's argument); fp8 is out of scope."""
+    """Check a ``mixed_precision`` value (case-sensitive, as Accelerate's argument); fp8 needs torchao installed
+    (checked now, before any state is built, without importing it)."""
     if mixed_precision is None:
         return None
     value = str(getattr(mixed_precision, "value", mixed_precision))
     if value not in PRECISIONS:
-        raise ValueError(f"Unknown mixed_precision={mixed_precision!r}: choose one of 'no', 'fp16', 'bf16'.")
+        choices = ", ".join(map(repr, PRECISIONS))
+        raise ValueError(f"Unknown mixed_precision={mixed_precision!r}: choose one of {choices}.")
     if value == "fp8":
-        raise NotImplementedError("mixed_precision='fp8' is not supported by Ember: use 'bf16' or 'fp16' "
-                                  "(with DDP or FSDP2).")
+        require_torchao()
     return value
 
 

@@ -11,6 +11,7 @@ import atexit
 import enum
 import gc
 import inspect
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -77,6 +78,15 @@ class _ProcessRecord:
     init_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+def _new_settings(kwargs: dict[str, Any], record: _ProcessRecord) -> bool:
+    """Whether process-group settings differ from those the process state was made with (the backend it already
+    runs on is no difference)."""
+    given = dict(kwargs)
+    if given.get("backend") == record.backend:
+        del given["backend"]
+    return bool(given) and given != record.init_kwargs
+
+
 class PartialState:
     """Process information and process control, without anything about models or precision.
 
@@ -99,7 +109,7 @@ class PartialState:
         if PartialState._shared is None:
             env = _environment if _environment is not None else EngineEnvironment.from_env()
             PartialState._shared = self._initialise(cpu or env.use_cpu, env, kwargs)
-        elif kwargs and kwargs != PartialState._shared.init_kwargs:
+        elif kwargs and _new_settings(kwargs, PartialState._shared):
             warnings.warn(f"Process-group settings {kwargs} (InitProcessGroupKwargs) have no effect: the process "
                           "state was already initialised without them. Pass them to the first Accelerator / "
                           "PartialState of the process.", stacklevel=2)
@@ -117,7 +127,8 @@ class PartialState:
         use_cuda = not cpu and torch.cuda.is_available()
         if dist.is_available() and dist.is_initialized():
             # A process group made by the user (or a test) is adopted as it is.
-            if kwargs or requested_backend is not None:
+            # Asking for the backend the group already has is not "no effect" (a second Accelerator of a test).
+            if kwargs or requested_backend not in (None, dist.get_backend()):
                 given = {**kwargs, **({"backend": requested_backend} if requested_backend else {})}
                 warnings.warn(f"InitProcessGroupKwargs {given} have no effect: "
                               "torch.distributed was already initialised by other code. Pass them to its "
@@ -347,11 +358,29 @@ class PartialState:
         return self._run_if(self.local_process_index == local_process_index, function)
 
 
+def process_group_of_one(device: torch.device) -> None:
+    """Make a process group of size 1 when the launch made none (DeepSpeed, and a device mesh, need one even for
+    one process)."""
+    if dist.is_available() and dist.is_initialized():
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
 def _collect_before_exit() -> None:
-    """Free unreachable objects (a finished Trainer, a DDP wrapper in a reference cycle) while the interpreter
-    is still whole: left to interpreter shutdown, freeing the gloo process group they hold aborts the process
-    ("terminate called without an active exception") in a fraction of runs with torch 2.13."""
+    """Free unreachable objects (a finished Trainer, a DDP wrapper in a reference cycle) and destroy the process
+    groups while the interpreter is still whole: left to interpreter shutdown, freeing a gloo process group that
+    something still holds (a DDP wrapper, DeepSpeed's engine, a device mesh's sub-groups) aborts the process
+    ("terminate called without an active exception") in a fraction of runs with torch 2.13 (1 in 8 DeepSpeed runs
+    here). Runs after every exit handler registered later (atexit calls them in reverse order)."""
     gc.collect()
+    record = PartialState._shared
+    if record is not None and not record.fork_launched and dist.is_available() and dist.is_initialized():
+        PartialState().destroy_process_group()
+        gc.collect()
 
 
 @dataclass
@@ -360,6 +389,8 @@ class _AcceleratorRecord:
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
     deepspeed_plugin: Any = None
+    parallelism_config: Any = None
+    device_mesh: Any = None  # the ParallelismConfig's DeviceMesh (None without one, or when every size is 1)
 
 
 class AcceleratorState:
@@ -376,8 +407,8 @@ class AcceleratorState:
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  deepspeed_plugin: Any = None, fsdp_plugin: Any = None, megatron_lm_plugin: Any = None,
-                 _from_accelerator: bool = False, _environment: EngineEnvironment | None = None,
-                 **kwargs: Any) -> None:
+                 parallelism_config: Any = None, _from_accelerator: bool = False,
+                 _environment: EngineEnvironment | None = None, **kwargs: Any) -> None:
         if _environment is None and AcceleratorState._shared is not None:
             # A view of the built state only checks `cpu` against it: one variable, not the whole set.
             cpu = cpu or read_use_cpu()
@@ -395,11 +426,28 @@ class AcceleratorState:
                              "`accelerator = Accelerator()` before using any functionality from the "
                              "`AcceleratorState`.")
         precision = (mixed_precision or env.mixed_precision or "no").lower()
-        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin)
+        mesh = None
+        if parallelism_config is not None:  # before the record: a config that does not fit leaves no state behind
+            if parallelism_config.total_size == 1 and self._partial.num_processes > 1:
+                parallelism_config.dp_replicate_size = self._partial.num_processes  # plain DDP, as in Accelerate
+            parallelism_config.check_world(self._partial.num_processes)
+            mesh = parallelism_config.build_device_mesh(self._partial.device.type)
+        AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin,
+                                                      parallelism_config, mesh)
         if fsdp_plugin is not None and self._partial.use_distributed:
             self._partial.distributed_type = DistributedType.FSDP
         if deepspeed_plugin is not None:  # also in one process: DeepSpeed runs its engine there too
             self._partial.distributed_type = DistributedType.DEEPSPEED
+            if self._partial.device.type == "cpu":
+                self._partial._record.device = torch.device("cpu")  # as Accelerate's DeepSpeed state: no index
+            deepspeed_plugin.set_deepspeed_weakref()  # transformers' from_pretrained sees the config (ZeRO-3 init)
+
+    @staticmethod
+    def initialized_with_deepspeed() -> bool:
+        """Whether the process's state exists and trains with DeepSpeed (a second Accelerator may not bring its
+        own plugin, and does not build one from the environment)."""
+        shared = AcceleratorState._shared
+        return shared is not None and shared.deepspeed_plugin is not None
 
     def _check_initialized(self, mixed_precision: str | None = None, cpu: bool | None = None) -> None:
         if mixed_precision is not None and mixed_precision.lower() != self.mixed_precision:
@@ -443,7 +491,15 @@ class AcceleratorState:
 
     @property
     def deepspeed_plugin(self) -> Any:
-        return self._record.deepspeed_plugin
+        return self._record("deepspeed_plugin").deepspeed_plugin
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._record("parallelism_config").parallelism_config
+
+    @property
+    def device_mesh(self) -> Any:
+        return self._record("device_mesh").device_mesh
 
     @property
     def debug(self) -> bool:

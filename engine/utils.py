@@ -1,7 +1,8 @@
 """Accelerate's ``accelerate.utils`` names that exist in Ember, in one place: port ``from accelerate.utils import X``
 by changing the package name.
 
-Everything here is a re-export; each name lives in the engine module that owns it.
+Everything here is a re-export; each name lives in the engine module that owns it. One name is Ember's own:
+``apply_activation_checkpointing`` (``engine.activation_checkpointing``).
 
 >>> from engine.utils import gather, set_seed, is_torch_version, DistributedType
 >>> set_seed(0)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.activation_checkpointing import apply_activation_checkpointing
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -27,7 +29,9 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
+from engine.deepspeed_config import HfDeepSpeedConfig
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from engine.fp8 import AORecipeKwargs, FP8BackendType, FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from engine.imports import (
     compare_versions,
     is_aim_available,
@@ -60,6 +64,7 @@ from engine.imports import (
     is_timm_available,
     is_torch_version,
     is_torch_xla_available,
+    is_torchao_available,
     is_torchdata_available,
     is_torchvision_available,
     is_trackio_available,
@@ -92,13 +97,20 @@ from engine.operations import (
     wait_for_everyone,
 )
 from engine.parallel import extract_model_from_parallel
+from engine.parallelism_config import (
+    DeepSpeedSequenceParallelConfig,
+    ParallelismConfig,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 from engine.profiler import ProfileKwargs
 from engine.random import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from engine.state import DistributedType
 
 # Imported on first use: FSDP2 costs about a second to import, the launchers pull in torch.distributed.elastic.
 _LAZY = {"FullyShardedDataParallelPlugin": "engine.fsdp", "patch_environment": "engine.launchers",
-         "clear_environment": "engine.launchers"}
+         "clear_environment": "engine.launchers", "DeepSpeedOptimizerWrapper": "engine.backends.deepspeed",
+         "DeepSpeedSchedulerWrapper": "engine.backends.deepspeed"}
 
 
 def __getattr__(name: str) -> Any:
@@ -111,23 +123,36 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AORecipeKwargs",
     "AutocastKwargs",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DeepSpeedOptimizerWrapper",  # noqa: F822 - resolved lazily by __getattr__
     "DeepSpeedPlugin",
+    "DeepSpeedSchedulerWrapper",  # noqa: F822 - resolved lazily by __getattr__
+    "DeepSpeedSequenceParallelConfig",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
     "DummyOptim",
     "DummyScheduler",
+    "FP8BackendType",
+    "FP8RecipeKwargs",
     "FullyShardedDataParallelPlugin",  # noqa: F822 - resolved lazily by __getattr__
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
+    "HfDeepSpeedConfig",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "MSAMPRecipeKwargs",
+    "ParallelismConfig",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TERecipeKwargs",
+    "TorchContextParallelConfig",
+    "TorchTensorParallelConfig",
+    "apply_activation_checkpointing",
     "broadcast",
     "broadcast_object_list",
     "clear_device_cache",
@@ -172,6 +197,7 @@ __all__ = [
     "is_timm_available",
     "is_torch_version",
     "is_torch_xla_available",
+    "is_torchao_available",
     "is_torchdata_available",
     "is_torchvision_available",
     "is_trackio_available",

@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data import DigitsCNN, digits_splits  # noqa: E402
+from data import DigitsCNN, digits_splits
 
-from engine import Accelerator, ProjectConfiguration, set_seed  # noqa: E402
+from engine import Accelerator, ProjectConfiguration, set_seed
 
 
 def main(argv: list[str] | None = None) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import IO, Any
@@ -19,16 +20,22 @@ class CSVTracker(GeneralTracker):
     Each new run takes the next free ``version_{N}`` folder, so runs sharing a project never mix rows. As with
     Lightning's ``CSVLogger``, ``version=N`` picks ``version_N``, a string picks that folder name, and
     ``run_name=""`` with ``version=""`` writes straight into ``logging_dir`` (a flat run folder); a fixed folder
-    that already holds another run's ``metrics.csv`` is refused unless this run resumes it. A resumed run (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a
-    ``step`` column (empty when no step was given) and one column per metric name in first-seen order. Each
-    step is one row: a ``log`` call for the same step as the row before adds its values to that row. A metric
-    name seen for the first time widens the file: it is rewritten once with the longer header, the earlier rows
-    keeping empty cells. Each row is flushed, so killing the process loses nothing already logged.
+    that already holds another run's ``metrics.csv`` is refused unless this run resumes it. A resumed run
+    (``load_state_dict`` before ``start``) reopens its own folder and appends. The file has a ``step`` column
+    (empty when no step was given) and one column per metric name in first-seen order. Each step is one row: a
+    ``log`` call for the same step as the row before adds its values to that row, unless it would change a value
+    the row already holds (an ``epoch`` that moved on, the same name logged again): then it starts a row of its
+    own, so no value is ever overwritten. ``log(..., new_row=True)`` always starts one (the trainer's
+    ``validate`` / ``test`` results after ``fit``, so they never join a training row). A metric name seen for the
+    first time widens the file: it is rewritten once with the longer header, the earlier rows keeping empty
+    cells. Each row is flushed, so killing the process loses nothing already logged.
 
-    Rows logged after the checkpoint a run resumes from (``step`` above the last step in ``state_dict()``) are
-    dropped when it reopens, because the resumed run logs those steps again. ``state_dict()`` names the run
-    folder relative to ``logging_dir`` (``{"run": "proj/version_0", "step": 2}``), so a copied or moved run
-    folder, resumed with its new location as ``logging_dir``, continues its own file, never the original's.
+    ``state_dict()`` records how far the file was when a checkpoint was taken (rows, columns, and the last row's
+    values so far); a run resumed from that checkpoint cuts the file back to exactly that (the rows and values
+    logged after the checkpoint are logged again by the resumed run) and goes on from there, so the file ends
+    as an uninterrupted run's would, row for row. It names the run folder relative to ``logging_dir``
+    (``{"run": "proj/version_0", "step": 2, ...}``), so a copied or moved run folder, resumed with its new
+    location as ``logging_dir``, continues its own file, never the original's.
 
     Example:
         >>> import tempfile, pathlib
@@ -60,8 +67,9 @@ class CSVTracker(GeneralTracker):
         # Absolute now: a later chdir (or a resume from another working directory) cannot move the run.
         self.logging_dir = os.path.abspath(os.fspath(logging_dir))
         self.run_dir: str | None = None
-        self._resume_step: int | None = None
+        self._resume: dict[str, Any] | None = None  # the saved state a resumed run cuts the file back to
         self._last_step: int | None = None
+        self._rows = 0  # data rows in the file
         self._columns: list[str] = []
         self._known: set[str] = set()  # the same names as _columns, for O(1) membership per logged key
         self._file: IO[str] | None = None
@@ -102,12 +110,16 @@ class CSVTracker(GeneralTracker):
             os.makedirs(self.run_dir, exist_ok=True)
         if os.path.exists(self.metrics_path):
             columns, rows = _read(self.metrics_path)
+            if self._resume is not None:
+                columns, rows = self._as_saved(columns, rows, self._resume)
+                _rewrite(self.metrics_path, columns, rows)
             self._set_columns(columns)
-            if self._resume_step is not None:
-                kept = [row for row in rows if not row[0] or int(row[0]) <= self._resume_step]
-                if len(kept) != len(rows):
-                    _rewrite(self.metrics_path, self._columns, kept)
+            self._rows = len(rows)
         self._open()
+        if self._rows and (self._row or self._row_step is not None):  # resumed: the last row goes on filling
+            self._row_start = _last_row_start(self.metrics_path)
+        else:
+            self._row, self._row_step = {}, None
 
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         path = os.path.join(os.path.dirname(self.metrics_path), "config.json")
@@ -117,24 +129,29 @@ class CSVTracker(GeneralTracker):
             json.dump(values, f, indent=2, sort_keys=False, default=str)
         os.replace(tmp, path)
 
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+    def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False, **kwargs: Any) -> None:
+        """Write ``values`` at ``step``: into the last row when it is the same step's and none of its values
+        would change (see the class), else as a new row (always with ``new_row=True``)."""
         if self._file is None:
             raise RuntimeError("CSVTracker.log() before start(): call start() (init_trackers does).")
         if kwargs:
-            raise TypeError(f"CSVTracker.log takes no extra options. Received: {sorted(kwargs)}.")
+            raise TypeError(f"CSVTracker.log takes only new_row=. Received: {sorted(kwargs)}.")
         if "step" in values:
             raise ValueError("CSVTracker reserves the column name 'step': pass the step as log(..., step=) "
                              "and rename the metric.")
         new = [key for key in values if key not in self._known]
         if new:
             self._widen(new)
-        if step is not None and step == self._row_step:
+        row = self._row
+        if (not new_row and step is not None and step == self._row_step
+                and all(row.get(key, value) == value for key, value in values.items())):
             # The same step again (epoch values, a learning rate after the step's own values): one row per step,
-            # so the last row is rewritten with the new values added (later values win).
-            values = {**self._row, **values}
+            # so the last row is rewritten with the new values added.
+            values = {**row, **values}
             self._file.truncate(self._row_start)
         else:
             self._row_start = os.fstat(self._file.fileno()).st_size
+            self._rows += 1
         self._writer.writerow(["" if step is None else step, *(values.get(c, "") for c in self._columns[1:])])
         self._file.flush()  # a killed process keeps every row logged so far (the OS has it)
         self._row, self._row_step = dict(values), step
@@ -147,8 +164,10 @@ class CSVTracker(GeneralTracker):
             self._file = None
 
     def state_dict(self) -> dict[str, Any]:
+        """The run folder and how far its file is: rows, columns, and the last row's step and values so far."""
         run = None if self.run_dir is None else run_paths.to_relative(self.run_dir, self.logging_dir)
-        return {"run": run, "step": self._last_step}
+        return {"run": run, "step": self._last_step, "rows": self._rows, "columns": len(self._columns),
+                "row_step": self._row_step, "row": dict(self._row)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._file is not None:
@@ -158,7 +177,29 @@ class CSVTracker(GeneralTracker):
         if run_dir is None:
             return  # an older checkpoint's folder outside this run: a new version folder instead
         self.run_dir = run_dir
-        self._resume_step = self._last_step = state.get("step")
+        self._resume = dict(state)
+        self._last_step = state.get("step")
+        if "rows" in state:  # the last row goes on taking the values of its step, as it would have
+            self._row, self._row_step = dict(state.get("row") or {}), state.get("row_step")
+
+    @staticmethod
+    def _as_saved(columns: list[str], rows: list[list[str]], saved: dict[str, Any]
+                  ) -> tuple[list[str], list[list[str]]]:
+        """The file's header and rows cut back to what a checkpoint's ``state_dict()`` saw."""
+        if "rows" not in saved:  # an older checkpoint: only the step is known; keep the rows up to it
+            step = saved.get("step")
+            return columns, [row for row in rows if step is None or not row[0] or int(row[0]) <= step]
+        count, width = int(saved["rows"]), int(saved["columns"]) or 1
+        if count > len(rows) or width > len(columns):  # not what the run wrote: keep it, but say so
+            warnings.warn(f"CSVTracker: the metrics file has {len(rows)} rows and {len(columns)} columns, but the "
+                          f"checkpoint being resumed saw {count} rows and {width} columns (the file was cut short or "
+                          "replaced); the resumed run appends to what is there.", UserWarning, stacklevel=4)
+            return columns, rows
+        columns, rows = columns[:width], [row[:width] for row in rows[:count]]
+        if count and saved.get("row"):  # the last row as the checkpoint saw it (later values of its step go)
+            step = saved.get("row_step")
+            rows[-1] = ["" if step is None else str(step), *(_cell(saved["row"].get(c, "")) for c in columns[1:])]
+        return columns, rows
 
     def _widen(self, new: list[str]) -> None:
         """Rewrite the file with a longer header; rare (new metric names appear in the first few calls)."""
@@ -169,9 +210,7 @@ class CSVTracker(GeneralTracker):
         _rewrite(self.metrics_path, self._columns, rows)
         self._open()
         if self._row_step is not None:  # the rows grew wider: find where the last one starts now
-            with open(self.metrics_path, "rb") as f:
-                data = f.read()
-            self._row_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+            self._row_start = _last_row_start(self.metrics_path)
 
     def _set_columns(self, columns: list[str]) -> None:
         self._columns = columns
@@ -203,6 +242,18 @@ def _new_version_dir(parent: str) -> str:
             return path
         except FileExistsError:
             version += 1
+
+
+def _cell(value: Any) -> str:
+    """A value as ``csv.writer`` writes it (``str``; ``None`` as an empty cell)."""
+    return "" if value is None else str(value)
+
+
+def _last_row_start(path: str) -> int:
+    """Where the last line of ``path`` starts (bytes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return data.rfind(b"\n", 0, len(data) - 1) + 1
 
 
 def _read(path: str) -> tuple[list[str], list[list[str]]]:

@@ -33,12 +33,14 @@ class TensorBoardTracker(GeneralTracker):
 
     Events are flushed after every ``log`` call. Extra keyword arguments go to ``SummaryWriter``.
 
-    Resume: ``start()`` after ``load_state_dict`` writes TensorBoard's restart marker
-    (``SummaryWriter(purge_step=last saved step + 1)``), so TensorBoard hides what the interrupted run logged
-    after its checkpoint and shows the resumed run's points for those steps instead. A new run writes the
-    marker too, at a step no run reaches: TensorBoard's loader treats the first marker of a folder as the
-    session start and only later ones as restarts, and this one hides nothing (runs sharing a folder overlap,
-    as with Accelerate).
+    Resume: ``state_dict()`` holds the last step logged and the values logged at that step so far. ``start()``
+    after ``load_state_dict`` writes TensorBoard's restart marker at that step
+    (``SummaryWriter(purge_step=last saved step)``), so TensorBoard hides everything the interrupted run logged
+    from that step on, then logs the saved values of that step again: what the checkpoint had seen stays, what
+    came after it (the next batch's learning rate at the same step, later steps) is shown as the resumed run
+    logs it, once. A new run writes the marker too, at a step no run reaches: TensorBoard's loader treats the
+    first marker of a folder as the session start and only later ones as restarts, and this one hides nothing
+    (runs sharing a folder overlap, as with Accelerate).
     """
 
     name = "tensorboard"
@@ -65,6 +67,7 @@ class TensorBoardTracker(GeneralTracker):
         self._purge_step: int | None = None
         self._marker_step: int | None = None  # the restart marker's step in this run's folders (start())
         self._last_step: int | None = None
+        self._at_last_step: list[list[Any]] = []  # [name, value] logged at _last_step, in order
 
     @property
     def tracker(self) -> Any:
@@ -80,6 +83,10 @@ class TensorBoardTracker(GeneralTracker):
         kwargs.setdefault("purge_step", _NEW_RUN_MARKER_STEP if self._purge_step is None else self._purge_step)
         self._marker_step = kwargs["purge_step"]
         self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
+        if self._purge_step is not None and self._purge_step == self._last_step:  # resumed: the step's values again
+            replay, self._at_last_step = self._at_last_step, []
+            for key, value in replay:
+                self.log({key: value}, step=self._last_step)
 
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
@@ -121,6 +128,9 @@ class TensorBoardTracker(GeneralTracker):
                                 "through trackers.normalize_values (and group_values) first (the engine does).")
         writer.flush()
         if step is not None:
+            if step != self._last_step:
+                self._at_last_step = []
+            self._at_last_step += [[key, value] for key, value in values.items()]
             self._last_step = step
 
     def _open_groups(self, writer: Any, key: str, numbers: dict[str, Any]) -> None:
@@ -151,7 +161,8 @@ class TensorBoardTracker(GeneralTracker):
 
     def state_dict(self) -> dict[str, Any]:
         # Relative to logging_dir: a copied or moved run folder resumes into its own files (see run_paths).
-        return {"run": run_paths.to_relative(self.log_dir, self.logging_dir), "step": self._last_step}
+        return {"run": run_paths.to_relative(self.log_dir, self.logging_dir), "step": self._last_step,
+                "at_step": [list(item) for item in self._at_last_step]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._writer is not None:
@@ -162,7 +173,12 @@ class TensorBoardTracker(GeneralTracker):
             return  # an older checkpoint's folder outside this run: the folder chosen at construction instead
         self.log_dir = log_dir
         self._last_step = state.get("step")
-        self._purge_step = None if self._last_step is None else self._last_step + 1
+        if self._last_step is None:
+            self._purge_step = None
+        elif "at_step" in state:  # hide the saved step too, and log what the checkpoint had seen of it again
+            self._purge_step, self._at_last_step = self._last_step, [list(item) for item in state["at_step"]]
+        else:  # an older checkpoint: its step's values are kept as they are
+            self._purge_step = self._last_step + 1
 
     def _started(self) -> Any:
         return started(self._writer, "TensorBoardTracker")

@@ -10,7 +10,9 @@ DEFAULT_MAX_EPOCHS = 1000
 
 # Lightning precision strings -> the engine's mixed_precision values.
 _PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16": "fp16", "fp16": "fp16",
-              "bf16-mixed": "bf16", "bf16": "bf16"}
+              "bf16-mixed": "bf16", "bf16": "bf16", "fp8": "fp8"}
+# Lightning's fp8 precisions run NVIDIA TransformerEngine (GPU-only); Ember's fp8 is torchao's (engine.fp8).
+_TRANSFORMER_ENGINE = ("transformer-engine", "transformer-engine-float16")
 
 
 def is_int(value: Any) -> bool:
@@ -63,6 +65,10 @@ def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
         if value is None:
             continue
         key = str(value).lower()
+        if key in _TRANSFORMER_ENGINE:
+            raise ValueError(f"Trainer({name}={value!r}) needs NVIDIA TransformerEngine, a GPU-only package Ember "
+                             "does not use. Ember trains in fp8 through torchao: Trainer(precision='fp8') "
+                             '(pip install "ember-train[fp8]"); see "Big models" in the README.')
         if key not in _PRECISION:
             raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of "
                              f"{sorted(set(_PRECISION) | {'32'})} (full-precision 16-bit training, '16-true' / "

@@ -213,6 +213,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
                      add_dataloader_idx, batch_size, rank_zero_only)
 
+    @property
+    def device_mesh(self) -> Any:
+        """The ``("data_parallel", "tensor_parallel")`` device mesh under ``ModelParallelStrategy`` (split the model
+        with it in ``configure_model``); ``None`` under every other strategy, as in Lightning."""
+        return self.__dict__.get("_device_mesh")
+
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Every process's ``data`` (tensors, possibly nested in lists / dicts) stacked along a new first dim, as
         Lightning's ``all_gather`` (in one process: ``data`` as it is). ``sync_grads``: gradients flow back."""

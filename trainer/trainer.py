@@ -42,6 +42,7 @@ from trainer.module import TrainModule
 from trainer.optim import clip_gradients
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
+from trainer.strategies.model_parallel import ModelParallelStrategy
 from trainer.tools.compiling import take_compiled
 
 
@@ -61,8 +62,8 @@ class Trainer:
         max_time: stop after this long in ``fit`` (``"DD:HH:MM:SS"``, a timedelta, a dict or seconds).
         accumulate_grad_batches: batches per optimizer step (the last batch of an epoch always steps).
         gradient_clip_val / gradient_clip_algorithm: clip gradients before each step (``"norm"`` or ``"value"``).
-        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` or Lightning's ``"32"``, ``"16-mixed"``,
-            ``"bf16-mixed"``.
+        mixed_precision / precision: ``"no"`` / ``"fp16"`` / ``"bf16"`` / ``"fp8"`` (torchao's float8 layers in a
+            bf16 autocast, as the engine's) or Lightning's ``"32"``, ``"16-mixed"``, ``"bf16-mixed"``.
         val_check_interval: validate every N training batches (int) or fraction of the epoch (float).
         check_val_every_n_epoch: validate in every N-th epoch; ``None`` counts ``val_check_interval`` batches
             across epochs.
@@ -118,13 +119,15 @@ class Trainer:
         elif config.deterministic:
             torch.use_deterministic_algorithms(True)
         self._loggers = lightning.loggers
-        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / DeepSpeedStrategy
+        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
+        if isinstance(self.strategy, ModelParallelStrategy):
+            self.strategy.setup(acc)  # the module's ("data_parallel", "tensor_parallel") mesh
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config, acc))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
-        self.plan = RunPlan(acc)
+        self.plan = RunPlan(acc, self.strategy)
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
@@ -198,12 +201,19 @@ class Trainer:
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
-        folder = restore(self.accelerator, resume, "fit")
+        module = self.attached.module
+        assert module is not None
+        folder = restore(self.accelerator, resume, "fit", module)
         self.plan.line_up_loaders(self.state)
         self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")
+        reached = self.stop.already_reached(self.config)
+        if reached is not None:  # Lightning only says "`Trainer.fit` stopped: `max_epochs=2` reached." (so does fit)
+            where, keyword = reached
+            self.accelerator.print(f"fit(ckpt_path={resume.ckpt_path!r}): the run already reached {where}; nothing "
+                                   f"to train. Raise {keyword} to train further.")
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
@@ -436,7 +446,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval("predict", self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, "predict")
             results = self.evaluation.predict(hooks, return_predictions)
         if return_predictions is False:
             return None
@@ -450,7 +460,7 @@ class Trainer:
             assert self.module is not None
             self.plan.setup_eval(kind, self.config, self.module, self.datamodule, dataloaders)
             if resume is not None:  # the module's weights only: optimizers and data do not matter
-                load_weights(self.module, resume.folder)
+                load_weights(self.module, resume, kind)
             self.trackers.start((self.module, self.datamodule))
             results = self.evaluation.run(kind, hooks)
         if verbose and self.accelerator.is_main_process:
@@ -480,6 +490,7 @@ class Trainer:
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)
+        module._device_mesh = self.strategy.module_mesh if isinstance(self.strategy, ModelParallelStrategy) else None
         if datamodule is not None:
             datamodule._trainer_ref = weakref.ref(self)
         self.module, self.datamodule = module, datamodule
@@ -527,8 +538,10 @@ class Trainer:
 
     @property
     def precision(self) -> str:
-        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``."""
-        return {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(self.accelerator.mixed_precision, "32-true")
+        """Lightning's name of the precision training runs in: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``
+        (``"fp8"``: the engine's torchao fp8, which Lightning does not have)."""
+        names = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp8": "fp8"}
+        return names.get(self.accelerator.mixed_precision, "32-true")
 
     @property
     def logger(self) -> Any:

@@ -1,4 +1,5 @@
-"""One object per backend: what differs between running a model in one process, under DDP, FSDP2 and DeepSpeed.
+"""One object per backend: what differs between running a model in one process, under DDP, FSDP2, DeepSpeed and
+tensor parallelism (``ModelParallel``).
 
 The ``Accelerator`` holds one ``Backend`` (``accelerator.backend``), chosen once from the process group and the
 plugins, and delegates to it everything that differs between backends: wrapping a model, pausing gradient
@@ -20,8 +21,9 @@ __all__ = ["Backend", "select_backend"]
 
 
 def select_backend(state: AcceleratorState, ddp_handler: Any = None) -> Backend:
-    """The backend for this process: DeepSpeed with its plugin, FSDP2 with a plugin and a process group, DDP with
-    a process group, else a single process.
+    """The backend for this process: DeepSpeed with its plugin, ModelParallel for a ParallelismConfig with tensor
+    parallelism or FSDP2 shards, FSDP2 with a plugin and a process group, DDP with a process group, else a single
+    process.
 
     Example:
         >>> from engine import Accelerator
@@ -32,6 +34,11 @@ def select_backend(state: AcceleratorState, ddp_handler: Any = None) -> Backend:
         from engine.backends.deepspeed import DeepSpeed
 
         return DeepSpeed(state, state.deepspeed_plugin)
+    config = state.parallelism_config
+    if config is not None and (config.tp_enabled or config.dp_shard_enabled):
+        from engine.backends.model_parallel import ModelParallel
+
+        return ModelParallel(state)
     if state.distributed_type == DistributedType.FSDP:
         from engine.backends.fsdp2 import FSDP2
 

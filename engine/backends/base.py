@@ -74,6 +74,16 @@ class Backend:
         """Told by a training loop that owns these settings (the Trainer) before it prepares its objects: most
         backends need nothing (DeepSpeed writes them into its config)."""
 
+    def data_shard(self) -> tuple[int, int]:
+        """``(how many different batches one step sees, which of them is this process's)``: one per process,
+        unless processes share batches (tensor parallelism)."""
+        return self.state.num_processes, self.state.process_index
+
+    def data_parallel_group(self) -> Any:
+        """The process group ``gather_for_metrics`` gathers over: ``None`` for every process, ``"local"`` when this
+        process already holds every data-parallel result."""
+        return None
+
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[torch.nn.Module]) -> None:
         """Make ``optimizer`` update the parameters ``models`` train with (after ``wrap_model``)."""
 

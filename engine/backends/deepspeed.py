@@ -20,21 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from engine.backends.base import Backend, ModelsToSave
 from engine.checkpoint_io import CheckpointError, fsync_dir
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from engine.logging import get_logger
 from engine.optimizer import AcceleratedOptimizer
-from engine.state import AcceleratorState, DistributedType
+from engine.state import AcceleratorState, DistributedType, process_group_of_one
 
 TAG = "pytorch_model"  # Accelerate's tag for the first model: {folder}/pytorch_model/..., `latest` names it
 _NO_CONTEXT = contextlib.nullcontext()
@@ -61,9 +59,9 @@ def safe_globals() -> list[Any]:
     return [LossScaler, ZeroStageEnum, fragment_address]
 
 
-class DeepSpeedOptimizer(AcceleratedOptimizer):
+class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     """The optimizer a user holds under DeepSpeed: the engine steps and zeroes it in ``backward``, so ``step`` and
-    ``zero_grad`` do nothing here (as Accelerate's ``DeepSpeedOptimizerWrapper``)."""
+    ``zero_grad`` do nothing here (Accelerate's name and behaviour)."""
 
     def __init__(self, optimizer: Any, engine: Any) -> None:
         super().__init__(optimizer, device_placement=False)
@@ -81,9 +79,9 @@ class DeepSpeedOptimizer(AcceleratedOptimizer):
         return not self.engine.was_step_applied()
 
 
-class DeepSpeedScheduler:
+class DeepSpeedSchedulerWrapper:
     """A scheduler DeepSpeed steps inside ``engine.step()`` (from the config or ``lr_scheduler_callable``):
-    ``step()`` here does nothing (as Accelerate's ``DeepSpeedSchedulerWrapper``)."""
+    ``step()`` here does nothing (Accelerate's name and behaviour)."""
 
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -106,8 +104,8 @@ class Prepared:
     """What ``DeepSpeed.prepare`` made of one ``Accelerator.prepare`` call's model, optimizer and scheduler."""
 
     engine: Any
-    optimizer: DeepSpeedOptimizer | None
-    scheduler: Any  # a DeepSpeedScheduler, the user's torch scheduler (the Accelerator wraps it), or None
+    optimizer: DeepSpeedOptimizerWrapper | None
+    scheduler: Any  # a DeepSpeedSchedulerWrapper, the user's torch scheduler (the Accelerator wraps it), or None
     deepspeed_scheduler: bool  # the scheduler is stepped by DeepSpeed
 
 
@@ -132,7 +130,7 @@ class DeepSpeed(Backend):
         self.plugin = plugin
         self.engine: Any = None
         self._configured_steps: int | None = None  # the window a training loop set (configure_training)
-        _ensure_process_group(state)
+        process_group_of_one(state.device)  # DeepSpeed needs a process group even for one process
 
     # -- prepare ----------------------------------------------------------------------------------------------
     def configure_training(self, *, accumulation_steps: int, micro_batch_size: int | None, clip_value: float | None,
@@ -188,10 +186,10 @@ class DeepSpeed(Backend):
                 kwargs["lr_scheduler"] = scheduler
         engine, ds_optimizer, _, ds_scheduler = self.deepspeed.initialize(**kwargs)
         self.engine = engine
-        prepared_optimizer = DeepSpeedOptimizer(ds_optimizer, engine) if ds_optimizer is not None else None
+        prepared_optimizer = DeepSpeedOptimizerWrapper(ds_optimizer, engine) if ds_optimizer is not None else None
         prepared_scheduler: Any = scheduler
         if scheduler is not None and ds_scheduler is not None:
-            prepared_scheduler, deepspeed_scheduler = DeepSpeedScheduler(ds_scheduler), True
+            prepared_scheduler, deepspeed_scheduler = DeepSpeedSchedulerWrapper(ds_scheduler), True
         return Prepared(engine, prepared_optimizer, prepared_scheduler, deepspeed_scheduler)
 
     def _micro_batch_size(self, loaders: Sequence[Any], num_processes: int, split_batches: bool) -> int | None:
@@ -257,7 +255,10 @@ class DeepSpeed(Backend):
     def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float, norm_type: float) -> Any:
         """The engine's global gradient norm of its latest step (it clips with the config's
         ``gradient_clipping`` inside ``engine.step()``; ``max_norm`` is not used, as in Accelerate)."""
-        return None if self.engine is None else self.engine.get_global_grad_norm()
+        if self.engine is None:
+            return None
+        norm = self.engine.get_global_grad_norm()  # a tensor under ZeRO 1/2, a float under 3; None before a step
+        return float(norm) if isinstance(norm, torch.Tensor) else norm
 
     def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
         raise RuntimeError("DeepSpeed and FSDP  do not support `clip_grad_value_`. Use `clip_grad_norm_` instead.")
@@ -405,14 +406,3 @@ def _check_offload(config: Mapping[str, Any], optimizer: Any) -> None:
                          "config says \"zero_force_ds_cpu_optimizer\": false (then the torch optimizer steps on the "
                          "CPU copy). Set it in the config (plugin.deepspeed_config[\"zero_force_ds_cpu_optimizer\"] = "
                          "False), or pass deepspeed.ops.adam.DeepSpeedCPUAdam (a compiled op) as the optimizer.")
-
-
-def _ensure_process_group(state: AcceleratorState) -> None:
-    """DeepSpeed needs a process group even for one process: make one of size 1 when the launch made none."""
-    if dist.is_available() and dist.is_initialized():
-        return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    backend = "nccl" if state.device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)

@@ -9,6 +9,8 @@ minute, cached in ``~/.cache/torch_extensions``; ``make setup`` builds it).
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import os
 import signal
@@ -124,3 +126,56 @@ def test_a_kill_during_a_deepspeed_save_leaves_the_previous_checkpoint_loadable(
                                                                                        "state_6"), "resume_at": 6},
                      tmp_path / "resumed")
     assert resumed["sha256"] == EXPECTED["runs"]["z3_fp32"]["sha256"]
+
+
+PROBES = ROOT / "tests" / "distributed" / "deepspeed_probe_script.py"
+_IMPORT_LEFTOVERS = ("_MLFLOW_TELEMETRY_SESSION_ID", "PYTORCH_NVML_BASED_CUDA_CHECK")
+_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+# Where Ember answers a probe differently from Accelerate 1.15 on purpose (README, "DeepSpeed ZeRO 1/2/3"): what
+# Ember answers instead.
+DELIBERATE: dict[str, Any] = {
+    # Accelerate without InitProcessGroupKwargs(backend="gloo") on CPU miscounts the world and fails in DeepSpeed's
+    # batch check; Ember picks gloo itself and trains.
+    "no_backend": {"result": {"distributed_type": "DistributedType.DEEPSPEED", "num_processes": 2,
+                              "process_index": 0, "is_main_process": True}},
+    # Accelerate silently drops the DeepSpeed plugin with cpu=True (DDP instead); DeepSpeed runs on the CPU, so
+    # Ember keeps what was asked for.
+    "cpu_true": {"result": {"distributed_type": "DistributedType.DEEPSPEED", "num_processes": 2,
+                            "model_type": "DeepSpeedEngine"}},
+    # A pydantic ValidationError from deep inside DeepSpeed at prepare; Ember refuses the plugin when it is built.
+    "zero_stage_4": {"error": ["ValueError", "DeepSpeedPlugin(zero_stage=4) is not a ZeRO stage: use 0, 1, 2 or 3."]},
+    "plugin_zero_stage_4": {"error": ["ValueError",
+                                      "DeepSpeedPlugin(zero_stage=4) is not a ZeRO stage: use 0, 1, 2 or 3."]},
+    # Accelerate raises a bare Exception; RuntimeError (a subclass) with the same words.
+    "clip_grad_value": {"error": ["RuntimeError", ("DeepSpeed and FSDP  do not support `clip_grad_value_`. Use "
+                                                   "`clip_grad_norm_` instead.")]},
+}
+if not _TRANSFORMERS:  # Accelerate needs transformers for ZeRO-3 init; Ember tells transformers only when it is there
+    DELIBERATE["zero3_init_default_needs_transformers"] = {"result": {"zero3_init_flag": True, "dschf": "NoneType"}}
+
+
+def test_the_deepspeed_api_edges_answer_as_accelerates(tmp_path: Path) -> None:
+    """52 probes of DeepSpeedPlugin, Accelerator(deepspeed_plugin=...), prepare's "auto" filling and checks,
+    DummyOptim / DummyScheduler, clipping and saving: each outcome (value, or exception type and text, and the
+    warnings) is Accelerate's, recorded on 2 processes, except the DELIBERATE answers."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "DS_SCRIPT_API": "engine", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+               "127.0.0.1", "--master-port", str(_port()), str(PROBES), str(tmp_path / "probes.json")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
+    got = json.loads((tmp_path / "probes.json").read_text())
+    assert json.loads((tmp_path / "probes.json.rank1").read_text()).keys() == got.keys()
+    recorded = EXPECTED["probes"]["cases"]
+    assert set(got) == set(recorded)
+    for name, outcome in got.items():
+        expected = copy.deepcopy({**recorded[name], **DELIBERATE.get(name, {})})
+        if name == "accelerator_state":  # variables that importing a package leaves, not the Accelerator's doing:
+            for variable in _IMPORT_LEFTOVERS:  # mlflow's session (DeepSpeed imports it), Accelerate's CUDA probe
+                outcome["result"]["env"].pop(variable, None)
+                expected["result"]["env"].pop(variable, None)
+        if "error" in DELIBERATE.get(name, {}):
+            expected.pop("result", None)
+        if "result" in DELIBERATE.get(name, {}):
+            expected.pop("error", None)
+        assert outcome == expected, name

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from callbacks import EarlyStopping
+from tests.conftest import run_distributed
 from tests.trainer.helpers import QUIET, Regressor, data
 from tests.trainer.resume_script import launch
 from tests.trainer.test_resume import assert_same_run, resumed_from
@@ -133,3 +134,33 @@ def test_a_rank_that_fails_does_not_leave_the_other_waiting(run_distributed: Any
     # gloo words a peer that went away in one of these ways, depending on where its read was when it happened.
     assert any(words in message for words in ("Connection closed by peer", "Connection reset", "Read error")), message
     assert float(elapsed) < 15  # rank 0's collective failed once rank 1 was gone, not at a timeout
+
+
+def _fit_named(project: str, name: str, max_epochs: int, prefix: str, ckpt_path: str | None = None) -> dict[str, Any]:
+    import warnings
+
+    from callbacks import ModelCheckpoint
+    from tests.trainer import test_fallback
+
+    checkpoint = ModelCheckpoint(save_top_k=-1, filename=prefix + "-{epoch}")
+    trainer = Trainer(**QUIET, max_epochs=max_epochs, seed=0, project_dir=project, callbacks=[checkpoint])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(getattr(test_fallback, name)(), data(n=16, batch_size=4), data(n=8), ckpt_path=ckpt_path)
+    return {"step": trainer.global_step, "warnings": [str(w.message) for w in caught if "Falling back" in str(w.message)]}
+
+
+def test_last_falls_back_only_within_its_run_on_two_processes(tmp_path: Any) -> None:
+    from tests.trainer.test_fallback import _flip
+
+    project, folders = str(tmp_path), tmp_path / "checkpoints"
+    run_distributed(_fit_named, 2, project, "Regressor", 1, "a")  # run A: a-epoch=0 (2 steps per epoch here)
+    run_distributed(_fit_named, 2, project, "Other", 2, "b")  # run B, same parameters: b-epoch=0, b-epoch=1
+    run_distributed(_fit_named, 2, project, "Regressor", 2, "a", str(folders / "a-epoch=0"))  # A: a-epoch=1
+    _flip(folders / "a-epoch=1" / "model.safetensors")
+    ranks = run_distributed(_fit_named, 2, project, "Regressor", 3, "a", "last")
+    assert [r["step"] for r in ranks] == [6, 6]  # from a-epoch=0 (step 2), not B's b-epoch=1 (step 4)
+    assert len(ranks[0]["warnings"]) == 1 and ranks[0]["warnings"][0].endswith(f"{folders / 'a-epoch=0'}.")
+    assert ranks[1]["warnings"] == []  # the main process warns
+    with pytest.raises(RuntimeError, match=r"whose parameters do not match the tests\.trainer\.test_fallback\.Wider"):
+        run_distributed(_fit_named, 2, project, "Wider", 4, "w", "last")

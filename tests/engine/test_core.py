@@ -76,8 +76,6 @@ def test_bad_arguments_name_the_value() -> None:
         Accelerator(megatron_lm_plugin=object())
     with pytest.raises(TypeError, match="takes an engine.DeepSpeedPlugin. Received: object"):
         Accelerator(deepspeed_plugin=object())
-    with pytest.raises(NotImplementedError, match="fp8"):
-        Accelerator(mixed_precision="fp8")
     with pytest.raises(ValueError, match="gradient_accumulation_steps=2"):
         Accelerator(gradient_accumulation_steps=2, gradient_accumulation_plugin=GradientAccumulationPlugin(3))
     with pytest.raises(ValueError, match="num_steps"):

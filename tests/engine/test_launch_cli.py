@@ -65,7 +65,7 @@ def test_settings_reach_the_workers_as_environment_variables(monkeypatch: pytest
     ({"nnodes": "2"}, "--rdzv-endpoint HOST:PORT"),
     ({"nnodes": "2", "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank=2"),
     ({"rdzv_endpoint": "nohost"}, "rdzv_endpoint='nohost'"),
-    ({"mixed_precision": "fp8"}, "mixed_precision='fp8'"),
+    ({"mixed_precision": "fp4"}, "mixed_precision='fp4'"),
     ({"max_restarts": -1}, "max_restarts=-1"),
     ({"cpu": "yes"}, "cpu='yes'"),
 ])

@@ -72,8 +72,13 @@ def test_digits_trains_tests_plots_and_resumes(tmp_path: Path) -> None:
     assert list(run0.rglob("metrics.csv")) == [run0 / "metrics.csv"]
     rows = (run0 / "metrics.csv").read_text().splitlines()
     assert "val/acc" in rows[0]
-    steps = [row.split(",")[0] for row in rows[1:]]
-    assert len(steps) == len(set(steps)), "one csv row per step"
+    header = rows[0].split(",")
+    labels = [(cells[0], cells[header.index("epoch")]) for cells in (row.split(",") for row in rows[1:])]
+    # One row per step and epoch: a new epoch's learning rate at the last step of the one before, and the test's
+    # results after fit, get rows of their own (the test's is the last), never a training row's epoch.
+    assert len(labels) == len(set(labels)), "one csv row per step and epoch"
+    assert labels[-1] == (labels[-2][0], "2") and "test/acc" in header and rows[-1].split(",")[header.index(
+        "test/acc")] and not rows[-2].split(",")[header.index("test/acc")]
     assert (run0 / "curves.png").stat().st_size > 10_000
     assert list((run0 / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard event file"
     assert f"tensorboard --logdir {project}" in out

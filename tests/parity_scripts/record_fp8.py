@@ -11,7 +11,9 @@ What is recorded:
   helper) and through the real ``Accelerator(mixed_precision="fp8").prepare`` on CPU (it runs here);
 - the losses of a small MLP (sizes multiples of 16) in fp32, under torchao directly with Accelerate's filter and
   config, under ``Accelerator(mixed_precision="fp8")`` (fp8 linears inside a bf16 autocast), and under
-  ``Accelerator(mixed_precision="bf16")`` for comparison;
+  ``Accelerator(mixed_precision="bf16")`` for comparison; the fp8 Accelerator run twice: with the optimizer built
+  before ``prepare`` (the usual order: the converted layers' new weights are not in the optimizer and never change)
+  and built from the prepared model (every layer trains);
 - FSDP2 (``fully_shard`` on 2 gloo processes) with fp8 all-gather, against the single-process fp8 run;
 - the error texts: fp8 backends that are missing, torchao missing (run in a second interpreter without torchao),
   Lightning's TransformerEngine precision without TransformerEngine.
@@ -110,16 +112,24 @@ def train(model: Any, step_fn: Any = None, rank_slice: slice = slice(None)) -> l
     return losses
 
 
-def accelerate_train(mixed_precision: str) -> tuple[list[float], dict[str, Any]]:
+def accelerate_train(mixed_precision: str, optimizer_after_prepare: bool = False) -> tuple[list[float], dict[str, Any]]:
+    """``optimizer_after_prepare``: build the optimizer from the prepared model (the usual order, optimizer built
+    first and prepared with the model, leaves the layers fp8 replaced out of the optimizer: recorded below)."""
     import torch
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state(True)
     acc = Accelerator(mixed_precision=mixed_precision)
-    model, opt = mlp(), None
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    model, opt = acc.prepare(model, opt)
+    model = mlp()
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if optimizer_after_prepare:
+        model = acc.prepare(model)
+        opt = acc.prepare(torch.optim.AdamW(model.parameters(), lr=LR))
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        model, opt = acc.prepare(model, opt)
+    in_optimizer = {id(p) for group in opt.optimizer.param_groups for p in group["params"]}
     seen: dict[str, str] = {}
 
     def record(name: str) -> Any:
@@ -141,7 +151,10 @@ def accelerate_train(mixed_precision: str) -> tuple[list[float], dict[str, Any]]
         hooks = []
     info = {"device": str(acc.device), "distributed_type": str(acc.distributed_type),
             "fp8_backend": str(acc.fp8_backend), "native_amp": acc.native_amp,
-            "linears": linear_kinds(model), "linear_dtypes_in_forward": seen}
+            "linears": linear_kinds(model), "linear_dtypes_in_forward": seen,
+            "parameters_in_optimizer": {n: id(p) in in_optimizer for n, p in model.named_parameters()},
+            "max_abs_change_after_training": {k: float((v.float() - initial[k]).abs().max())
+                                              for k, v in model.state_dict().items()}}
     return losses, info
 
 
@@ -337,15 +350,19 @@ def main(no_torchao_python: str | None) -> None:
     fp8_torchao_defaults = train(model)
     acc_fp8, acc_fp8_info = accelerate_train("fp8")
     acc_bf16, _ = accelerate_train("bf16")
+    acc_fp8_after, acc_fp8_after_info = accelerate_train("fp8", optimizer_after_prepare=True)
     found["training"] = {
         "steps": STEPS, "lr": LR, "batch": BATCH, "model": "Linear(32,64) ReLU Linear(64,64) ReLU Linear(64,64) ReLU "
                                                             "Linear(64,16), AdamW, mse on sin(2x[:16]) + 0.1x[16:]",
         "fp32": fp32, "fp8_torchao_accelerate_filter": fp8_direct, "fp8_torchao_defaults_all_linears":
             fp8_torchao_defaults, "accelerator_fp8": acc_fp8, "accelerator_bf16": acc_bf16,
         "accelerator_fp8_info": acc_fp8_info,
+        "accelerator_fp8_optimizer_after_prepare": acc_fp8_after,
+        "accelerator_fp8_optimizer_after_prepare_info": acc_fp8_after_info,
         "max_rel_diff_vs_fp32": {"fp8_torchao_accelerate_filter": max_rel(fp8_direct, fp32),
                                  "fp8_torchao_defaults_all_linears": max_rel(fp8_torchao_defaults, fp32),
                                  "accelerator_fp8": max_rel(acc_fp8, fp32),
+                                 "accelerator_fp8_optimizer_after_prepare": max_rel(acc_fp8_after, fp32),
                                  "accelerator_bf16": max_rel(acc_bf16, fp32)},
         "accelerator_fp8_vs_bf16_max_rel": max_rel(acc_fp8, acc_bf16),
     }

@@ -38,7 +38,8 @@ def test_exact_contents_widening_and_config(tmp_path: Path) -> None:
     )
     config = json.loads((tmp_path / "proj" / "version_0" / "config.json").read_text())
     assert config == {"lr": 0.1, "model": {"width": 64}, "path": str(tmp_path)}
-    assert tracker.state_dict() == {"run": "proj/version_0", "step": 2}
+    assert tracker.state_dict() == {"run": "proj/version_0", "step": 2, "rows": 4, "columns": 6, "row_step": 2,
+                                    "row": {"acc": 0.75}}
 
 
 def test_rows_are_flushed_and_file_rewritten_only_when_columns_grow(tmp_path: Path) -> None:
@@ -89,10 +90,12 @@ def test_resume_appends_to_the_same_file_and_drops_rows_after_the_checkpoint(tmp
     resumed.finish()
     first.finish()
 
+    # Cut back to what the checkpoint saw (the column first logged after it too), as an uninterrupted run's file.
     assert _rows(Path(first.run_dir) / "metrics.csv") == [
-        ["step", "loss", "late", "acc"], ["0", "0.0", "", ""], ["1", "1.0", "", ""], ["2", "2.0", "", ""],
-        ["3", "30.0", "", ""], ["4", "40.0", "", "1.0"]]
-    assert resumed.state_dict() == {"run": "proj/version_0", "step": 4}
+        ["step", "loss", "acc"], ["0", "0.0", ""], ["1", "1.0", ""], ["2", "2.0", ""], ["3", "30.0", ""],
+        ["4", "40.0", "1.0"]]
+    assert resumed.state_dict() == {"run": "proj/version_0", "step": 4, "rows": 5, "columns": 3, "row_step": 4,
+                                    "row": {"loss": 40.0, "acc": 1.0}}
     assert not (tmp_path / "another_name").exists() and sorted(os.listdir(tmp_path / "proj")) == ["version_0"]
 
 
@@ -126,7 +129,8 @@ def test_a_copied_run_resumes_into_the_copy_from_any_working_directory(tmp_path:
     checkpoint = first.state_dict()
     first.log({"loss": 2.0}, step=2)
     first.finish()
-    assert checkpoint == {"run": "proj/version_0", "step": 1}
+    assert checkpoint == {"run": "proj/version_0", "step": 1, "rows": 1, "columns": 2, "row_step": 1,
+                          "row": {"loss": 1.0}}
     original = (tmp_path / "runs/a/proj/version_0/metrics.csv").read_bytes()
 
     import shutil
@@ -181,14 +185,16 @@ def test_one_row_per_step(tmp_path: Path) -> None:
     tracker.start()
     tracker.log({"loss": 1.0}, step=10)
     tracker.log({"val/acc": 0.5}, step=10)  # a new column while merging: the file is widened, then merged
-    tracker.log({"lr": 0.1, "loss": 0.9}, step=10)  # a later value for the same step wins
+    tracker.log({"lr": 0.1}, step=10)
+    tracker.log({"lr": 0.2, "loss": 0.9}, step=10)  # would change values of the row: a row of its own
     tracker.log({"loss": 0.8}, step=20)
     tracker.log({"note": 1.0})  # no step: never merged
     tracker.log({"note": 2.0})
     tracker.log({"lr": 0.05}, step=20)
     tracker.finish()
     assert _rows(Path(tracker.run_dir) / "metrics.csv") == [
-        ["step", "loss", "val/acc", "lr", "note"], ["10", "0.9", "0.5", "0.1", ""], ["20", "0.8", "", "", ""],
+        ["step", "loss", "val/acc", "lr", "note"], ["10", "1.0", "0.5", "0.1", ""], ["10", "0.9", "", "0.2", ""],
+        ["20", "0.8", "", "", ""],
         ["", "", "", "", "1.0"], ["", "", "", "", "2.0"], ["20", "", "", "0.05", ""]]
 
 
@@ -198,7 +204,7 @@ def test_a_flat_run_folder_and_fixed_versions_are_never_shared(tmp_path: Path) -
     flat.log({"loss": 1.0}, step=1)
     saved = flat.state_dict()
     flat.finish()
-    assert flat.metrics_path == str(tmp_path / "run" / "metrics.csv") and saved == {"run": ".", "step": 1}
+    assert flat.metrics_path == str(tmp_path / "run" / "metrics.csv") and saved["run"] == "." and saved["step"] == 1
     with pytest.raises(FileExistsError, match=r"run/metrics.csv already holds the metrics of another run"):
         CSVTracker("", tmp_path / "run", version="").start()  # a second fresh run in the same folder
     resumed = CSVTracker("", tmp_path / "run", version="")
@@ -213,3 +219,52 @@ def test_a_flat_run_folder_and_fixed_versions_are_never_shared(tmp_path: Path) -
     assert fixed.run_dir == str(tmp_path / "proj" / "version_3")
     with pytest.raises(TypeError, match=r"version=\.\.\.\) takes None"):
         CSVTracker("proj", tmp_path, version=1.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("checkpoint_at", [2, 3])  # mid-epoch (the next lr joins the row), at an epoch's end
+def test_a_resumed_file_ends_as_the_uninterrupted_one_row_for_row(tmp_path: Path, checkpoint_at: int) -> None:
+    """Values of the checkpoint's step logged after it (a learning rate at the next batch's start, epoch values)
+    are cut and logged again; the resumed run's first values of that step join its row, as they would have."""
+
+    def run(tracker: CSVTracker, steps: range, checkpoint_at: int | None = None) -> dict | None:
+        saved = None
+        for step in steps:
+            tracker.log({"lr": 1.0 / (step + 1), "epoch": step // 2}, step=step - 1 if step else 0)  # batch start
+            tracker.log({"loss": float(step), "epoch": step // 2}, step=step)
+            if step % 2:
+                tracker.log({"val/acc": step / 10, "epoch": step // 2}, step=step)  # epoch end, same step
+            if step == checkpoint_at:
+                saved = tracker.state_dict()
+        return saved
+
+    reference = CSVTracker("", tmp_path / "reference", version="")
+    reference.start()
+    run(reference, range(6))
+    reference.finish()
+
+    killed = CSVTracker("", tmp_path / "run", version="")
+    killed.start()
+    saved = run(killed, range(checkpoint_at + 2), checkpoint_at=checkpoint_at)
+    killed.log({"extra": 1.0}, step=checkpoint_at + 2)  # a column first seen after the checkpoint
+    # No finish(): the process dies. The resumed run continues after the checkpoint's step.
+    resumed = CSVTracker("", tmp_path / "run", version="")
+    assert saved is not None
+    resumed.load_state_dict(saved)
+    resumed.start()
+    run(resumed, range(checkpoint_at + 1, 6))
+    resumed.finish()
+    killed.finish()
+    expected = (tmp_path / "reference" / "metrics.csv").read_text()
+    assert (tmp_path / "run" / "metrics.csv").read_text() == expected
+    # Step 3's row, then the lr of step 4's batch (logged at step 3): a new epoch, so a row of its own.
+    assert "\n3,,1,3.0,0.3\n3,0.2,2,,\n" in expected
+
+
+def test_new_row_keeps_a_later_call_out_of_the_last_row(tmp_path: Path) -> None:
+    tracker = CSVTracker("proj", tmp_path)
+    tracker.start()
+    tracker.log({"loss": 1.0, "epoch": 3}, step=40)
+    tracker.log({"test/acc": 0.9, "epoch": 3}, step=40, new_row=True)  # the trainer's test results after fit
+    tracker.finish()
+    assert _rows(tracker.metrics_path) == [["step", "loss", "epoch", "test/acc"], ["40", "1.0", "3", ""],
+                                           ["40", "", "3", "0.9"]]

@@ -181,7 +181,8 @@ def test_run_identities_are_applied_before_start_and_kept(tmp_path: Path) -> Non
     saved = first.state_dict()
     first.finish()
     run_dir = "proj/version_0"  # relative to the logging directory: a moved run folder resumes into itself
-    assert saved == {"csv": {"run": run_dir, "step": 0}, "recording": {"run": "r1"}}
+    assert saved == {"csv": {"run": run_dir, "step": 0, "rows": 1, "columns": 2, "row_step": 0, "row": {"loss": 1.0}},
+                     "recording": {"run": "r1"}}
 
     # The checkpoint also holds a wandb identity; this resume does not use wandb, but the identity is kept.
     resumed = TrackerHub(["csv", Recording], tmp_path, True)
@@ -190,7 +191,8 @@ def test_run_identities_are_applied_before_start_and_kept(tmp_path: Path) -> Non
     recording = resumed.get("recording")
     assert recording.calls[1:3] == [("load_state_dict", {"run": "r1"}), ("start", {"run": "r1"})]
     resumed.log({"loss": 0.5}, step=1)
-    assert resumed.state_dict() == {"csv": {"run": run_dir, "step": 1}, "recording": {"run": "r1"},
+    assert resumed.state_dict() == {"csv": {"run": run_dir, "step": 1, "rows": 2, "columns": 2, "row_step": 1,
+                                            "row": {"loss": 0.5}}, "recording": {"run": "r1"},
                                     "wandb": {"run_id": "abc"}}
     with pytest.raises(RuntimeError, match=r"must be loaded before init_trackers\(\)"):
         resumed.load_state_dict(saved)

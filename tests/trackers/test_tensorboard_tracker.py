@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ from tensorboard.backend.event_processing.plugin_event_accumulator import (
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from trackers import TensorBoardTracker
+
+
+def _next_second() -> None:
+    """Wait for the next whole second: event files sort by their name (the second, the pid, then a per-process
+    writer counter compared as text, so writer 10 sorts before writer 9), and a resumed run's file must come
+    after the interrupted one's, as it does when a new process resumes later."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
 
 
 def _read(log_dir: Path) -> EventAccumulator:
@@ -66,7 +74,9 @@ def test_scalars_text_and_hparams_in_one_run_folder(tmp_path: Path) -> None:
             hparams["model/layers"].string_value) == (0.125, "mlp", "[1, 2]")
     assert json.loads((log_dir / "hparams.json").read_text()) == {
         "lr": 0.125, "model": {"name": "mlp", "layers": [1, 2]}, "seed": None}
-    assert tracker.state_dict() == {"run": "proj", "step": 3}
+    saved = tracker.state_dict()  # the run folder, the last step and what was logged at it
+    assert (saved["run"], saved["step"], saved["at_step"][0][0]) == ("proj", 3, "bad")
+    assert math.isnan(saved["at_step"][0][1])
 
 
 def test_resume_writes_the_same_folder_and_replaces_steps_after_the_checkpoint(tmp_path: Path) -> None:
@@ -81,6 +91,7 @@ def test_resume_writes_the_same_folder_and_replaces_steps_after_the_checkpoint(t
 
     resumed = TensorBoardTracker("renamed", tmp_path)
     resumed.load_state_dict(checkpoint)
+    _next_second()
     resumed.start()
     for step in range(3, 6):
         resumed.log({"loss": 10.0 * step, "note": f"resumed {step}"}, step=step)
@@ -117,12 +128,48 @@ def test_a_moved_run_resumes_into_its_new_folder(tmp_path: Path, monkeypatch: py
     first.log({"loss": 1.0}, step=1)
     checkpoint = first.state_dict()
     first.finish()
-    assert checkpoint == {"run": "proj", "step": 1}
+    assert checkpoint == {"run": "proj", "step": 1, "at_step": [["loss", 1.0]]}
     shutil.move(str(tmp_path / "runs/a"), str(tmp_path / "moved"))
     resumed = TensorBoardTracker("proj", tmp_path / "moved")
     resumed.load_state_dict(checkpoint)
+    _next_second()
     resumed.start()
     resumed.log({"loss": 2.0}, step=2)
     resumed.finish()
     assert not (tmp_path / "runs/a").exists()
     assert _scalars(_read(tmp_path / "moved/proj"), "loss") == [(1, 1.0), (2, 2.0)]
+
+
+def test_values_of_the_checkpoints_step_logged_after_it_are_not_doubled(tmp_path: Path) -> None:
+    """A learning rate logged at the next batch's start has the checkpoint's step: the resumed run logs it again,
+    and TensorBoard shows it once, as for an uninterrupted run."""
+
+    def run(tracker: TensorBoardTracker, steps: range, checkpoint_at: int | None = None) -> dict | None:
+        saved = None
+        for step in steps:
+            tracker.log({"lr": 1.0 / (step + 1), "note": f"lr {step}"}, step=max(step - 1, 0))  # batch start
+            tracker.log({"loss": float(step)}, step=step)
+            if step == checkpoint_at:
+                saved = tracker.state_dict()
+        return saved
+
+    reference = TensorBoardTracker("reference", tmp_path)
+    reference.start()
+    run(reference, range(5))
+    reference.finish()
+    killed = TensorBoardTracker("run", tmp_path)
+    killed.start()
+    saved = run(killed, range(4), checkpoint_at=2)
+    killed.finish()
+    assert saved is not None
+    resumed = TensorBoardTracker("run", tmp_path)
+    resumed.load_state_dict(saved)
+    _next_second()
+    resumed.start()
+    run(resumed, range(3, 5))
+    resumed.finish()
+    expected, got = _read(tmp_path / "reference"), _read(tmp_path / "run")
+    for tag in ("lr", "loss"):
+        assert _scalars(got, tag) == _scalars(expected, tag), tag
+    assert _scalars(got, "lr")[2:4] == [(1, pytest.approx(1 / 3)), (2, 0.25)]  # step 2's lr once, not twice
+    assert _texts(tmp_path / "run", "note") == _texts(tmp_path / "reference", "note")

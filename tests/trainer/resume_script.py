@@ -1,8 +1,9 @@
 """A small training run for the resume tests, run as a subprocess (one process, or several under torchrun).
 
 Shuffled data with random augmentation read by 2 worker processes, dropout, gradient accumulation 2, gradient
-clipping, a step-wise scheduler, validation every epoch, a csv tracker and a checkpoint after every optimizer
-step (or, with ``--no-step-checkpoints``, none: then only a preemption saves). ``--kill-at N`` / ``--kill-at-epoch-end
+clipping, a step-wise scheduler, validation every epoch, a csv tracker (``--tensorboard``: and TensorBoard;
+``--lr-monitor``: a LearningRateMonitor) and a checkpoint after every optimizer step (or, with
+``--no-step-checkpoints``, none: then only a preemption saves). ``--kill-at N`` / ``--kill-at-epoch-end
 E`` make rank 0 write ``{dir}/ready`` and freeze at that point, for the test to SIGKILL every process;
 ``--sigterm-at N`` makes rank ``--signal-rank`` send itself SIGTERM. Rank 0 writes the final weights to
 ``{dir}/final.pt`` and appends the position each start began at to ``{dir}/starts.txt``.
@@ -27,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from callbacks import Callback, ModelCheckpoint
+from callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from trainer import Trainer, TrainModule
 
 
@@ -103,6 +104,9 @@ def main() -> None:
     parser.add_argument("--exit-code", type=int, default=143)
     parser.add_argument("--no-step-checkpoints", action="store_true")
     parser.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (sharded checkpoints)")
+    parser.add_argument("--lr-monitor", action="store_true",
+                        help="log the learning rate before each step's batch (at the checkpoint's step)")
+    parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard too")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     # Under torchrun every rank runs in its own session: the test kills each one's group by this pid.
@@ -112,7 +116,10 @@ def main() -> None:
     callbacks: list[Callback] = [Freeze(args)]
     if not args.no_step_checkpoints:
         callbacks.append(ModelCheckpoint(every_n_train_steps=1, save_last=True))
-    where: dict[str, Any] = {"log_with": "csv", "project_dir": args.dir}
+    if args.lr_monitor:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    where: dict[str, Any] = {"log_with": ["csv", "tensorboard"] if args.tensorboard else "csv",
+                             "project_dir": args.dir}
     if args.fsdp:
         from engine import Accelerator, FullyShardedDataParallelPlugin
 

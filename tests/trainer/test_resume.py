@@ -35,7 +35,7 @@ def assert_same_run(reference: str, resumed: str) -> None:
     for name in expected:
         assert torch.equal(expected[name], got[name]), name  # bitwise, not approximately
     # The csv tracker continued the same run: one run folder whose rows are exactly the uninterrupted ones.
-    assert os.listdir(os.path.join(resumed, "ember")) == ["version_0"]
+    assert [d for d in os.listdir(os.path.join(resumed, "ember")) if not d.startswith("events.")] == ["version_0"]
     with open(os.path.join(reference, "ember", "version_0", "metrics.csv")) as a, \
             open(os.path.join(resumed, "ember", "version_0", "metrics.csv")) as b:
         assert a.read() == b.read()
@@ -59,6 +59,33 @@ def test_sigkill_at_several_points_then_resume_is_bitwise_exact(reference: str, 
     assert resumed_from(run) == (1, 11, 12)  # the epoch end hooks had not run: they run now, once
     assert_same_run(reference, run)
     assert os.listdir(os.path.join(run, "checkpoints")) == ["epoch=2-step=18"]  # only the newest is kept
+
+
+def _scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
+    """Every TensorBoard scalar of the run, as TensorBoard shows it (restart markers applied), by tag."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.path.join(directory, "ember"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_sigkill_then_resume_continues_csv_and_tensorboard_row_for_row(tmp_path: Any) -> None:
+    """The learning rate is logged before each step's batch, at the step of the checkpoint just taken: a resumed
+    run logs it again, and neither the csv (the digits demo had step 280 twice) nor TensorBoard shows it twice."""
+    options = ("--lr-monitor", "--tensorboard")
+    reference, run = str(tmp_path / "reference"), str(tmp_path / "run")
+    assert launch(reference, *options) == 0
+    # Checkpoints after every step, the learning rate logged every 2 steps (before the next step's first batch).
+    assert launch(run, *options, "--kill-at", "5") == "killed"  # step 2 saved, then its lr logged at batch 4
+    assert launch(run, *options, "--ckpt-path", "last", "--kill-at-epoch-end", "0") == "killed"
+    assert resumed_from(run) == (0, 4, 2)
+    assert launch(run, *options, "--ckpt-path", "last", "--kill-at", "15") == "killed"  # step 8 saved, its lr too
+    assert launch(run, *options, "--ckpt-path", "last") == 0
+    assert resumed_from(run) == (1, 4, 8)
+    assert_same_run(reference, run)  # the weights bitwise, the csv byte for byte
+    expected, got = _scalars(reference), _scalars(run)
+    assert "lr-SGD" in expected and got == expected
 
 
 def test_sigterm_saves_by_itself_exits_with_its_status_and_resumes_exactly(reference: str, tmp_path: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,46 @@ def test_sync_dist_on_a_metric_warns_with_the_fix() -> None:
     trainer = Trainer(**QUIET, max_epochs=1, limit_train_batches=1, limit_val_batches=2)
     with pytest.warns(UserWarning, match=r"self.log\('val_sum', <SumMetric>, sync_dist=True\).*Drop sync_dist"):
         trainer.fit(WithMetrics(sync_dist=True), data(), data())
+
+
+def test_no_sync_dist_warning_when_the_user_did_not_pass_it() -> None:
+    class Unsynced(WithMetrics):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.val_sum(torch.tensor(1.0))
+            self.log("val_sum", self.val_sum)  # no sync_dist: evaluation's exact default is Ember's, not the user's
+
+    trainer = Trainer(**QUIET, max_epochs=1, limit_train_batches=1, limit_val_batches=2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*sync_dist")
+        trainer.fit(Unsynced(), data(), data())
+        trainer.validate(Unsynced(), data(), verbose=False)
+    assert float(trainer.callback_metrics["val_sum"]) == 2.0
+
+
+def test_metric_states_kept_undoes_an_update_and_keeps_a_compute_group_shared() -> None:
+    from trainer.evaluation.exact import metric_states_kept
+
+    holder = torch.nn.Module()
+    holder.set = torchmetrics.MetricCollection({
+        "acc": torchmetrics.classification.MulticlassAccuracy(3, average="macro"),
+        "prec": torchmetrics.classification.MulticlassPrecision(3, average="macro")})
+    holder.cat = torchmetrics.CatMetric()
+    loose = torchmetrics.SumMetric()  # logged, not an attribute of the module
+    preds, target = torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 2, 1])
+    holder.set.update(preds, target)
+    holder.cat.update(torch.tensor([1.0, 2.0]))
+    loose.update(torch.tensor(3.0))
+    before = {k: float(v) for k, v in holder.set.compute().items()}
+    with metric_states_kept(holder, [loose]):
+        holder.set.update(target, preds)  # other values: every statistic would change
+        holder.cat.update(torch.tensor([9.0]))
+        loose.update(torch.tensor(100.0))
+    assert {k: float(v) for k, v in holder.set.compute().items()} == before
+    assert holder.cat.compute().tolist() == [1.0, 2.0] and float(loose.compute()) == 3.0
+    # The group still shares its state: one more update reaches both members.
+    holder.set.update(preds, target)
+    members = dict(holder.set.items(keep_base=True, copy_state=False))
+    assert members["acc"].tp is members["prec"].tp and int(members["acc"].tp.sum()) == 6
 
 
 def test_a_metric_returning_several_values_is_refused() -> None:

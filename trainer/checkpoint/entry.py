@@ -15,6 +15,7 @@ from callbacks import Callback
 from engine.checkpoint_io import CheckpointError
 from trainer.checkpoint.format import FORMAT, VERSION, check_format, check_plain
 from trainer.checkpoint.hparams_io import encode_hparams
+from trainer.checkpoint.identity import identity_of, new_run_id
 from trainer.loop.hooks import overrides
 from trainer.metrics.logger import MetricLogger
 from trainer.metrics.tracking import TrackerLink
@@ -47,6 +48,8 @@ class TrainerEntry:
         prepared: what the run prepared through the engine, in order (a resume must prepare the same).
         trackers: the trackers' run identities, so a resumed run reopens the same runs.
         owner: what callback hooks receive as their first argument (the trainer, held weakly: no cycle).
+
+    ``run_id`` names the run (``trainer.checkpoint.identity``): drawn here, replaced by a loaded checkpoint's.
     """
 
     def __init__(self, state: TrainState, attached: Attached, metrics: MetricLogger, prepared: list[str],
@@ -57,6 +60,7 @@ class TrainerEntry:
         self.prepared = prepared
         self.trackers = trackers
         self._owner = weakref.ref(owner)
+        self.run_id = new_run_id()
 
     # -- saving -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -69,7 +73,8 @@ class TrainerEntry:
         # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
         hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
                    "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
-        payload = {"format": FORMAT, "version": VERSION, "trainer": self.trainer_state(),
+        payload = {"format": FORMAT, "version": VERSION, "run": identity_of(self.run_id, self.attached.module),
+                   "trainer": self.trainer_state(),
                    "trackers": self.trackers.state_dict(), "checkpoint": extra, "callback_metrics": metrics,
                    "prepared": list(self.prepared), "hyper_parameters": hparams}
         check_plain(payload, "checkpoint")
@@ -99,6 +104,7 @@ class TrainerEntry:
                 f"{self.prepared}, so loader and model states would land on the wrong objects. Resume with the "
                 "same sequence of trainer calls as the run that saved it (e.g. the same validate() before fit()).")
         self.load_trainer_state(payload["trainer"])
+        self.run_id = (payload.get("run") or {}).get("id") or self.run_id  # the resumed run is the checkpoint's
         self.trackers.load_state_dict(payload["trackers"])
         device = self.trackers.accelerator.device
         self.metrics.callback_metrics.update({name: value.to(device) if isinstance(value, torch.Tensor) else value

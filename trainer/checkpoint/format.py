@@ -13,6 +13,7 @@ and tensors::
         dataloader_{i}_{rank}.bin     each prepared loader's exact position, per rank
         gradients_{i}_{rank}.safetensors   gradients pending mid-accumulation (only then)
         custom_checkpoint_{i}.pkl     i = the trainer's entry: {"format": "ember-trainer", "version": 1,
+                                      "run": {"id", "module", "parameters": {name: shape}} (identity.py),
                                       "trainer": {"state": TrainState, "callbacks": {state_key: state},
                                       "datamodule": ...}, "trackers": {name: run identity},
                                       "checkpoint": what on_save_checkpoint hooks added,

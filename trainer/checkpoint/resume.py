@@ -1,9 +1,11 @@
 """``ckpt_path`` resolved to a ``Resume`` value, and a run or a module restored from it.
 
 ``"last"``: the newest committed checkpoint in ``{project_dir}/checkpoints`` and every ModelCheckpoint's
-``dirpath``; when it fails its checks (flipped bits on disk, a truncated copy), the previous committed one is
-loaded instead, with a warning naming the damaged one. ``"best"``: the first ModelCheckpoint's
-``best_model_path``. Anything else: that committed checkpoint folder, never swapped for another.
+``dirpath``; when it fails its checks (flipped bits on disk, a truncated copy), the previous committed one *of
+the same run* is loaded instead, with a warning naming the damaged one (``trainer.checkpoint.identity``).
+``"best"``: the first ModelCheckpoint's ``best_model_path``. Anything else: that committed checkpoint folder,
+never swapped for another. Before a checkpoint is loaded into a module, its saved parameter names and shapes
+are compared with the module's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from engine import Accelerator, broadcast_object_list
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
 from engine.checkpoint_state import read_model_weights
+from trainer.checkpoint.identity import check_module, same_run
+
+_ERRORS: dict[str, type[Exception]] = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
+                                       "CheckpointError": CheckpointError,
+                                       "CorruptCheckpointError": CorruptCheckpointError}
 
 
 @dataclass(frozen=True)
@@ -61,13 +68,13 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
     if accelerator.is_main_process:
         try:
             outcome[0] = ("ok", _find(os.fspath(ckpt_path), entry, directories, best_path, has_checkpoint_callback))
-        except (ValueError, FileNotFoundError) as error:
+        except (ValueError, FileNotFoundError, CheckpointError) as error:  # raised on every process alike
             outcome[0] = (type(error).__name__, str(error))
     if accelerator.num_processes > 1:
         broadcast_object_list(outcome)
     kind, value = outcome[0]
     if kind != "ok":
-        raise (FileNotFoundError if kind == "FileNotFoundError" else ValueError)(value)
+        raise _ERRORS.get(kind, ValueError)(value)
     if not value:
         message = f"{entry}(ckpt_path={ckpt_path!r}): no committed checkpoint in {directories}"
         if required:
@@ -81,7 +88,8 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
           has_checkpoint_callback: bool) -> list[str]:
     """The folder to load first, then (for ``"last"``) the older committed ones to fall back to."""
     if ckpt_path == "last":
-        return [path for _, path in reversed(folders.committed_checkpoints(*directories, auto_named=False))]
+        found = [path for _, path in reversed(folders.committed_checkpoints(*directories, auto_named=False))]
+        return same_run(found, f"{entry}(ckpt_path='last')") if found else []
     if ckpt_path == "best":
         if not best_path:
             raise ValueError(f"{entry}(ckpt_path='best') needs a ModelCheckpoint that has saved a checkpoint; "
@@ -99,20 +107,26 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
     return [folder]
 
 
-def restore(accelerator: Accelerator, resume: Resume, entry: str) -> str:
+def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module) -> str:
     """``accelerator.load_state`` the first candidate of ``resume`` that verifies; returns the folder loaded.
 
     Everything registered with the engine is restored by it, the trainer's own entry included. A damaged
-    explicit path raises at once, saying what to do instead.
+    explicit path raises at once, saying what to do instead; a checkpoint of another model (other parameter
+    names or shapes than ``module``'s) raises before anything is loaded.
     """
+    context = f"{entry}(ckpt_path={resume.ckpt_path!r})"
+
+    def load(folder: str) -> None:
+        check_module(folder, module, context)
+        accelerator.load_state(folder)
+
     if resume.ckpt_path == "last":
         return folders.load_first_intact(
-            accelerator.load_state, resume.candidates, context=f"{entry}(ckpt_path='last')",
-            warn=accelerator.is_main_process,
+            load, resume.candidates, context=context, warn=accelerator.is_main_process,
             advice="To start a new run, pass ckpt_path=None (or move these folders out of the checkpoint "
                    "directory); the damaged folders are left in place for inspection.")
     try:
-        accelerator.load_state(resume.folder)
+        load(resume.folder)
     except CorruptCheckpointError as error:
         raise CorruptCheckpointError(
             f"{entry}(ckpt_path={resume.ckpt_path!r}): {error} Pass ckpt_path='last' to resume from the newest "
@@ -120,8 +134,10 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str) -> str:
     return resume.folder
 
 
-def load_weights(module: torch.nn.Module, folder: str) -> None:
-    """Load only the module's weights from ``folder`` (validate / test / predict with ``ckpt_path``)."""
+def load_weights(module: torch.nn.Module, resume: Resume, entry: str) -> None:
+    """Load only the module's weights from ``resume``'s folder (validate / test / predict with ``ckpt_path``)."""
+    folder = resume.folder
+    check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated")
     weights = read_model_weights(folder)
     if weights is None:
         raise CheckpointError(f"{folder} holds no full model weights (model.safetensors): a sharded FSDP "

@@ -119,8 +119,10 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
         torch.backends.cudnn.benchmark = bool(benchmark)  # Lightning: deterministic turns benchmarking off
     project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
     log_with, loggers = _loggers(False if config.barebones else config.logger, config.log_with, project_dir, unset)
-    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy)
     processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
+    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes))
+    if kind == "model_parallel":
+        strategy.check_precision(config.precision)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
                          "always shards each loader across the processes (every sample seen once, promise 8). "

@@ -3,12 +3,13 @@ and the epoch end that computes metrics between the module's and the callbacks' 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from engine import Accelerator
-from trainer.evaluation.exact import drop_padding
+from trainer.evaluation.exact import drop_padding, metric_states_kept
 from trainer.evaluation.predict import gather_step
 from trainer.loop.hooks import HookTable
 from trainer.loop.plan import RunPlan, batches
@@ -50,7 +51,8 @@ class EvaluationLoop:
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,
                   "sanity_check": plan.num_sanity_val_batches}[stage]
         previous, was_training = self.state.stage, model.training
-        if previous == "idle":  # a validate() / test() call: its results replace the last run's (Lightning)
+        alone = previous == "idle"  # a validate() / test() call, outside fit: its rows are not training rows
+        if alone:  # its results replace the last run's (Lightning)
             metrics.clear_results()
         self.state.stage = stage
         metrics.set_stage(stage)
@@ -69,14 +71,18 @@ class EvaluationLoop:
                     metrics.new_batch(batch, padding)
                     # As in Lightning, dataloader_idx is only passed when there are several loaders.
                     step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
-                    hooks.call(batch_start, *step_args)
-                    with profile(hooks.profiler, step):
-                        outputs = model(step, *step_args)
-                    hooks.call(batch_end, outputs, *step_args)
+                    # Only repeats: the step runs (every process in step) but no torchmetrics Metric keeps it.
+                    kept = metric_states_kept(model, metrics.metric_objects()) if padding else nullcontext()
+                    with kept:
+                        hooks.call(batch_start, *step_args)
+                        with profile(hooks.profiler, step):
+                            outputs = model(step, *step_args)
+                        hooks.call(batch_end, outputs, *step_args)
                     if stage != "sanity_check":
-                        self.trackers.log(metrics.step_values())
+                        self.trackers.log(metrics.step_values(), new_row=alone)
         metrics.dataloader_suffix = ""
-        results = to_python(self.epoch_end(f"on_{x}_epoch_end", hooks, log=stage != "sanity_check"))
+        logged = stage != "sanity_check"
+        results = to_python(self.epoch_end(f"on_{x}_epoch_end", hooks, log=logged, new_row=alone))
         hooks.call(f"on_{x}_end")
         if stage == "sanity_check":
             hooks.call("on_sanity_check_end")
@@ -115,7 +121,7 @@ class EvaluationLoop:
         hooks.call("on_predict_end")
         return results
 
-    def epoch_end(self, hook: str, hooks: HookTable, log: bool = True) -> dict[str, Any]:
+    def epoch_end(self, hook: str, hooks: HookTable, log: bool = True, new_row: bool = False) -> dict[str, Any]:
         """Epoch metrics, then Lightning 2.6's order: the callbacks' epoch-end hook, then the module's (at the
         training epoch's end: the callbacks, the module, then those declaring ``epoch_end_after_module``); the trackers.
 
@@ -134,7 +140,7 @@ class EvaluationLoop:
             results.update(metrics.end_epoch())
         metrics.reset_metric_objects()  # torchmetrics Metrics: reset after every epoch-end hook could read them
         if log:
-            self.trackers.log(metrics.epoch_values(results))
+            self.trackers.log(metrics.epoch_values(results), new_row=new_row)
         return results
 
 

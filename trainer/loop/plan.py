@@ -41,8 +41,9 @@ class RunPlan:
     sequence, or loader and model states would land on the wrong objects.
     """
 
-    def __init__(self, accelerator: Accelerator) -> None:
+    def __init__(self, accelerator: Accelerator, strategy: Any = None) -> None:
         self.accelerator = accelerator
+        self.strategy = strategy  # trainer.strategy (a ModelParallelStrategy's module splits itself)
         self.prepared: list[str] = []
         self.train_loader: DataLoader | None = None
         self.num_training_batches: int | None = 0
@@ -101,8 +102,7 @@ class RunPlan:
                 raise ValueError(f"{name} uses manual optimisation, which the DeepSpeed strategy does not run (its "
                                  "engine steps the optimizer inside backward). Use automatic optimisation, or "
                                  "strategy='ddp' / 'fsdp'.")
-            if overrides(module, TrainModule, "configure_model"):
-                module.configure_model()
+            self._configure_model(module)
             optimizers, configs = self._optimizers_of(module, manual)
             backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
                                        micro_batch_size=getattr(train[0], "batch_size", None),
@@ -203,8 +203,7 @@ class RunPlan:
             return []
         router = StepRouter(module, self.compiler)
         if together is None:
-            if overrides(module, TrainModule, "configure_model"):
-                module.configure_model()
+            self._configure_model(module)
             self.model, prepared = self.accelerator.prepare_model(router, evaluation_mode=not training), []
         else:
             self.model, *prepared = self.accelerator.prepare(router, *together) if together else (
@@ -218,6 +217,18 @@ class RunPlan:
         self.training_step = (step_function(module, "training_step", 2) if bare
                               else functools.partial(self.model, "training_step"))
         return prepared
+
+    def _configure_model(self, module: TrainModule) -> None:
+        """``module.configure_model()`` where it is overridden (where the strategy needs it, it must be)."""
+        if not overrides(module, TrainModule, "configure_model"):
+            if getattr(self.strategy, "requires_configure_model", False):
+                raise TypeError("When using the ModelParallelStrategy, you are required to override the "
+                                "`configure_model()` hook in the LightningModule and apply parallelization there.")
+            return
+        module.configure_model()
+        check = getattr(self.strategy, "check_parallelized", None)
+        if check is not None:
+            check(module)
 
     # -- cadence ----------------------------------------------------------------------------------------------
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:

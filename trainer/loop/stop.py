@@ -75,16 +75,34 @@ class StopController:
             return True
         return self.stop_now(config)
 
-    def limit_reached(self, config: TrainerConfig) -> str | None:
-        """Which limit ended ``fit`` (Lightning's words, e.g. "`max_epochs=10` reached."), or None (a stop)."""
+    def reached(self, config: TrainerConfig) -> str | None:
+        """The limit keyword the run stands at (``"max_steps"``, ``"max_epochs"``, ``"max_time"``), or None."""
         state = self.state
         if config.max_steps is not None and state.global_step >= config.max_steps:
-            return f"`max_steps={config.max_steps}` reached."
+            return "max_steps"
         if config.max_epochs is not None and state.epoch >= config.max_epochs:
-            return f"`max_epochs={config.max_epochs}` reached."
+            return "max_epochs"
         if config.max_time is not None and state.time_elapsed >= config.max_time:
-            return f"`max_time={config.max_time:g}` seconds reached (elapsed {state.time_elapsed:.1f} s)."
+            return "max_time"
         return None
+
+    def limit_reached(self, config: TrainerConfig) -> str | None:
+        """Which limit ended ``fit`` (Lightning's words, e.g. "`max_epochs=10` reached."), or None (a stop)."""
+        name = self.reached(config)
+        if name == "max_time":
+            return f"`max_time={config.max_time:g}` seconds reached (elapsed {self.state.time_elapsed:.1f} s)."
+        return None if name is None else f"`{name}={getattr(config, name)}` reached."
+
+    def already_reached(self, config: TrainerConfig) -> tuple[str, str] | None:
+        """``(the limit and where the run stands, its keyword)`` when a resumed run had already reached one of
+        its limits (nothing to train), else ``None``."""
+        name, state = self.reached(config), self.state
+        if name is None:
+            return None
+        where = {"max_steps": f"at step {state.global_step}", "max_epochs": f"at epoch {state.epoch}",
+                 "max_time": f"after {state.time_elapsed:.1f} s of training"}[name]
+        value = f"{config.max_time:g} s" if name == "max_time" else getattr(config, name)
+        return f"{name}={value} {where}", name
 
     def stop_now(self, config: TrainerConfig) -> bool:
         """Whether to stop at this step boundary; every process reaches the same answer at the same step."""

@@ -234,7 +234,8 @@ class MetricLogger:
         """A torchmetrics ``Metric``, as in Lightning: the value of its last ``forward`` per step, ``compute()`` at
         the epoch end (``reset()`` after the epoch-end hooks); the Metric syncs its own state, so ``sync_dist`` is
         not applied again."""
-        if record.sync_dist and record.metric is None:
+        # Only a sync_dist=True the user wrote: evaluation's default (None, exact across processes) is not theirs.
+        if record.sync_step and record.metric is None:
             warnings.warn(f"self.log({record.name!r}, <{type(metric).__name__}>, sync_dist=True): a torchmetrics "
                           "Metric syncs its own state across processes in compute(), so sync_dist is not applied "
                           "to it (it would sync twice). Drop sync_dist=True for Metric objects.", UserWarning,
@@ -377,6 +378,10 @@ class MetricLogger:
                   if record.logger and record.epoch_key in results}
         self.logged_metrics.update(values)
         return values
+
+    def metric_objects(self) -> list[Any]:
+        """The torchmetrics Metrics logged in the current stage so far."""
+        return [record.metric for record in self._records.values() if record.metric is not None]
 
     def reset_metric_objects(self) -> None:
         """Reset the current stage's torchmetrics Metrics once the epoch's end hooks have run."""

@@ -8,6 +8,8 @@ from engine import Accelerator
 from trainer.metrics.logger import to_python
 from trainer.state import TrainState
 
+_OWN_ROW = {"csv": {"new_row": True}}  # CSVTracker.log's option; other trackers keep one point per name and step
+
 
 class TrackerLink:
     """The trainer's side of the engine's trackers: the run configuration, metric payloads, the end.
@@ -36,13 +38,19 @@ class TrackerLink:
         self.accelerator.init_trackers(self.project_name, config=config or None)
         self.started = True
 
-    def log(self, values: dict[str, Any], step: int | None = None) -> None:
-        """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running."""
+    def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False) -> None:
+        """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running.
+
+        ``new_row``: the values are not the training step's (a ``validate`` / ``test`` run outside ``fit``
+        logs at the last training step): the csv tracker gives them a row of their own instead of adding them
+        to that step's training row.
+        """
         # Only a process that runs trackers converts the tensors (the one device sync of logging).
         if values and self.started and not self.finished and self.accelerator.trackers:
             payload = to_python(values)
             payload.setdefault("epoch", self.state.epoch)
-            self.accelerator.log(payload, step=self.state.global_step if step is None else step)
+            self.accelerator.log(payload, step=self.state.global_step if step is None else step,
+                                 log_kwargs=_OWN_ROW if new_row else None)
 
     def state_dict(self) -> dict[str, Any]:
         """The trackers' run identities, for a checkpoint (a resumed run reopens the same runs)."""

@@ -1,9 +1,10 @@
-"""Lightning's strategy names and objects, resolved to the engine's DDP / FSDP2 / DeepSpeed settings.
+"""Lightning's strategy names and objects, resolved to the engine's DDP / FSDP2 / DeepSpeed / model-parallel
+settings.
 
 ``Trainer(strategy="ddp")`` and friends are accepted by name; ``DDPStrategy(...)`` / ``FSDPStrategy(...)`` /
-``DeepSpeedStrategy(...)`` carry the options. Each becomes what the engine's ``Accelerator`` takes
-(``kwargs_handlers``, ``fsdp_plugin``, ``deepspeed_plugin``); the processes themselves come from the launcher
-(see ``trainer.compat.launching``).
+``DeepSpeedStrategy(...)`` / ``ModelParallelStrategy(...)`` carry the options. Each becomes what the engine's
+``Accelerator`` takes (``kwargs_handlers``, ``fsdp_plugin``, ``deepspeed_plugin``, ``parallelism_config``); the
+processes themselves come from the launcher (see ``trainer.compat.launching``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.deepspeed import DeepSpeedStrategy
 from trainer.strategies.fsdp import FSDPStrategy
+from trainer.strategies.model_parallel import ModelParallelStrategy
 
 # Names that run Ember's DDP. Lightning's spawn / fork / notebook variants start processes differently; Ember
 # always starts them through torch's launcher (the script is run again in every process).
@@ -30,9 +32,10 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
 STRATEGY_NAMES = (*_DDP_NAMES, "ddp_find_unused_parameters_true", "fsdp", *DEEPSPEED_NAMES)
 
 
-def resolve_strategy(strategy: Any) -> tuple[str, Any, dict[str, Any]]:
+def resolve_strategy(strategy: Any, world_size: int = 1) -> tuple[str, Any, dict[str, Any]]:
     """``(kind, strategy object, Accelerator keywords)`` for a strategy name or object; ``kind`` is ``"ddp"``,
-    ``"fsdp"`` or ``"deepspeed"`` (a name becomes the object it stands for, as ``trainer.strategy`` shows it)."""
+    ``"fsdp"``, ``"deepspeed"`` or ``"model_parallel"`` (a name becomes the object it stands for, as
+    ``trainer.strategy`` shows it). ``world_size``: the processes the run will have (a mesh is sized by it)."""
     if isinstance(strategy, str):
         name = strategy.lower()
         if name in _DDP_NAMES:
@@ -49,11 +52,15 @@ def resolve_strategy(strategy: Any) -> tuple[str, Any, dict[str, Any]]:
                              "DeepSpeedStrategy(...) for options.")
         if name in _DDP_NAMES and name != "ddp_find_unused_parameters_true":
             return "ddp", strategy, {}  # Ember's DDP as it is: no handler to add
+    if isinstance(strategy, ModelParallelStrategy):
+        return "model_parallel", strategy, strategy.accelerator_kwargs(world_size)
     for kind, cls in (("ddp", DDPStrategy), ("fsdp", FSDPStrategy), ("deepspeed", DeepSpeedStrategy)):
         if isinstance(strategy, cls):
             return kind, strategy, strategy.accelerator_kwargs()
-    raise TypeError(f"Trainer(strategy=...) takes a name or a DDPStrategy / FSDPStrategy / DeepSpeedStrategy from "
-                    f"trainer.strategies. Received: {type(strategy).__name__} ({strategy!r:.80}).")
+    raise TypeError(f"Trainer(strategy=...) takes a name or a DDPStrategy / FSDPStrategy / DeepSpeedStrategy / "
+                    f"ModelParallelStrategy from trainer.strategies. Received: {type(strategy).__name__} "
+                    f"({strategy!r:.80}).")
 
 
-__all__ = ["DEEPSPEED_NAMES", "STRATEGY_NAMES", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "resolve_strategy"]
+__all__ = ["DEEPSPEED_NAMES", "STRATEGY_NAMES", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy",
+           "ModelParallelStrategy", "resolve_strategy"]
