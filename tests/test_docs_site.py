@@ -57,7 +57,13 @@ def test_the_api_reference_and_the_pictures_are_in_the_site(site: Path) -> None:
            for name in ("engine", "trainer", "callbacks", "trackers")}
     for name, anchor in (("engine", "engine.Accelerator"), ("trainer", "trainer.Trainer"),
                          ("trainer", "trainer.TrainModule"), ("callbacks", "callbacks.ModelCheckpoint"),
-                         ("callbacks", "callbacks.base"), ("trackers", "trackers.GeneralTracker")):
+                         ("callbacks", "callbacks.base"), ("trackers", "trackers.GeneralTracker"),
+                         ("engine", "engine.ParallelismConfig"), ("engine", "engine.tensor_parallel"),
+                         ("engine", "engine.fp8.AORecipeKwargs"),
+                         ("engine", "engine.activation_checkpointing.apply_activation_checkpointing"),
+                         ("engine", "engine.accelerator_mesh.MeshMixin.torch_device_mesh"),
+                         ("engine", "engine.deepspeed_config.HfDeepSpeedConfig"),
+                         ("trainer", "trainer.strategies.ModelParallelStrategy")):
         assert f'id="{anchor}"' in api[name], f"api/{name}: no entry for {anchor}"
     # Docstring examples and literal blocks render as code, not as nested quotes or a literal fence
     # (docs/gen/griffe_examples.py).
