@@ -236,13 +236,13 @@ def main(site: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with serve(site) as base, browser(executable) as chromium:
         page = chromium.page()
-        for name, path in (("home", ""), ("guide", "guides/checkpoints/"), ("api", "api/trainer/")):
+        for name, path in (("home", ""), ("guide", "guides/big-models/"), ("api", "api/engine/#engine.ParallelismConfig")):
             status = page.goto(base + path)
             page.screenshot(out / f"{name}.png")
             print(f"{name}: {base + path} -> HTTP {status}, errors: {page.errors()}")
-        titles = search(page, "async_save")
+        titles = search(page, "tp_plan")
         page.screenshot(out / "search.png")
-        print(f"search 'async_save': {titles[:5]}")
+        print(f"search 'tp_plan': {titles[:5]}")
 
 
 if __name__ == "__main__":
