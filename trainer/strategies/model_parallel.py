@@ -93,6 +93,7 @@ class ModelParallelStrategy:
 
         process_group_of_one(accelerator.device)
         data, tensor = self.sizes(accelerator.num_processes)
+        self._data_parallel_size, self._tensor_parallel_size = data, tensor  # "auto" resolved, as Lightning's
         self._device_mesh = init_device_mesh(accelerator.device.type, (data, tensor), mesh_dim_names=_NAMES)
 
     @property
@@ -101,6 +102,12 @@ class ModelParallelStrategy:
         if self._device_mesh is None:
             raise RuntimeError("Accessing the device mesh before processes have initialized is not allowed.")
         return self._device_mesh
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How the data is split: over the data-parallel dimension only (tensor-parallel ranks share batches)."""
+        data_parallel = self.device_mesh["data_parallel"]
+        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
 
     @property
     def module_mesh(self) -> Any:
