@@ -63,11 +63,14 @@ class ModelParallelStrategy:
                                f"should equal the world size ({world_size}).")
         return data, tensor
 
-    def accelerator_kwargs(self, world_size: int = 1) -> dict[str, Any]:
-        """``Accelerator(parallelism_config=..., fsdp_plugin=..., kwargs_handlers=...)`` for this strategy."""
+    def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
+        """``Accelerator(parallelism_config=..., fsdp_plugin=..., kwargs_handlers=...)`` for this strategy; the
+        ``"auto"`` sizes are resolved here for good (data parallel over the machines, tensor parallel within one),
+        as Lightning resolves them when its processes start."""
         from engine import InitProcessGroupKwargs, ParallelismConfig
 
-        data, tensor = self.sizes(world_size)
+        data, tensor = self.sizes(world_size, num_nodes)
+        self._data_parallel_size, self._tensor_parallel_size = data, tensor
         kwargs: dict[str, Any] = {"parallelism_config": ParallelismConfig(dp_shard_size=data, tp_size=tensor)}
         if not self._save_distributed_checkpoint:
             from engine.fsdp import FullyShardedDataParallelPlugin
@@ -93,7 +96,6 @@ class ModelParallelStrategy:
 
         process_group_of_one(accelerator.device)
         data, tensor = self.sizes(accelerator.num_processes)
-        self._data_parallel_size, self._tensor_parallel_size = data, tensor  # "auto" resolved, as Lightning's
         self._device_mesh = init_device_mesh(accelerator.device.type, (data, tensor), mesh_dim_names=_NAMES)
 
     @property
