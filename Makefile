@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ember-installed
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test bench lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,14 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
+# The documentation site, into site/: the pictures first (from real runs, into build/docs/), then a strict build
+# (a broken link, a missing API reference or a docstring that does not render fails it).
+docs: $(STAMP)
+	$(PY) docs/gen/figures.py build/docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 lint: $(STAMP)
 	$(PY) -m ruff check engine trainer callbacks trackers tests
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site build/docs

@@ -45,6 +45,7 @@ from engine.precision import (
     validate_precision,
     wrap_forward,
 )
+from engine.preparable import check_preparable, is_scheduler
 from engine.profiler import ProfileKwargs, ProfilerMixin
 from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState
@@ -52,23 +53,6 @@ from engine.state import AcceleratorState, DistributedType, GradientState
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
 _UNSUPPORTED = "Ember supports DDP, FSDP2 (FullyShardedDataParallelPlugin) and DeepSpeed (DeepSpeedPlugin)"
-
-
-def _check_preparable(obj: Any) -> None:
-    """Raise for the inputs that are almost always a mistake: a Dataset instead of a DataLoader, or a container of
-    models / optimizers / loaders (prepare would return it untouched and training would run unprepared)."""
-    if isinstance(obj, torch.utils.data.Dataset):
-        raise TypeError(f"prepare() got a {type(obj).__name__} (a Dataset), which it cannot shard: wrap it in a "
-                        "torch.utils.data.DataLoader(dataset, batch_size=...) and prepare the loader.")
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    kinds = (DataLoader, torch.nn.Module, torch.optim.Optimizer)
-    if any(isinstance(item, kinds) or _is_scheduler(item) for item in items):
-        raise TypeError(f"prepare() got a {type(obj).__name__} holding models/optimizers/loaders, which it cannot "
-                        "prepare as a whole: pass them as separate arguments, e.g. prepare(*objects).")
-
-
-def _is_scheduler(obj: Any) -> bool:
-    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
 @suggest_keywords
@@ -297,7 +281,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         # Anything else (None for a missing scheduler, a tokenizer, ...) is returned unchanged, as in Accelerate,
         # except objects that look preparable but would silently stay unprepared: those fail now.
         for obj in args:
-            _check_preparable(obj)
+            check_preparable(obj)
         if self.backend.prepares_jointly:
             return self._prepare_jointly(args, device_placement)
         first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
@@ -319,7 +303,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if model is None:
             return result[0] if len(result) == 1 else tuple(result)
         optimizer = next((obj for obj in result if isinstance(obj, (torch.optim.Optimizer, DummyOptim))), None)
-        scheduler = next((obj for obj in result if _is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
+        scheduler = next((obj for obj in result if is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
         # The DeepSpeed config's accumulation steps win over the Accelerator's (as in Accelerate, with a warning).
         self.gradient_accumulation_steps = self.backend.accumulation_steps(self.gradient_accumulation_steps)
         if self.native_amp:
@@ -360,7 +344,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                 return self.prepare_model(obj, device_placement=device_placement)
             if isinstance(obj, torch.optim.Optimizer):
                 return self.prepare_optimizer(obj, device_placement=device_placement)
-        elif _is_scheduler(obj):
+        elif is_scheduler(obj):
             return self.prepare_scheduler(obj)
         return obj
 

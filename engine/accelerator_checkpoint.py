@@ -116,7 +116,7 @@ class CheckpointingMixin:
 
     # -- save -------------------------------------------------------------------------------------------------
     def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
-                   async_save: bool = False, **save_model_func_kwargs: Any) -> str:
+                   async_save: bool = False, include_gradients: bool = True, **save_model_func_kwargs: Any) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects.
 
         The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
@@ -133,6 +133,11 @@ class CheckpointingMixin:
         ``save_state``, ``load_state``, ``wait_for_checkpoint()`` or ``end_training()`` waits for it and raises
         ``CheckpointError`` naming the checkpoint if its write failed (nothing of it is then visible).
 
+        Unlike Accelerate, the models' gradients are saved too (each rank its own part): saved between backward and
+        the optimizer step, or mid-accumulation, a resumed run then takes the very same step. A loop that knows its
+        gradients are spent (saved after the step, zeroed before the next backward) passes
+        ``include_gradients=False``: the checkpoint is smaller and loads on another number of processes.
+
         >>> import tempfile
         >>> from engine import Accelerator
         >>> accelerator = Accelerator(cpu=True)
@@ -147,8 +152,9 @@ class CheckpointingMixin:
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected keyword arguments {sorted(save_model_func_kwargs)}: "
                             "Accelerate passes them to DeepSpeed, which Ember does not support. Remove them.")
-        if not isinstance(async_save, bool):
-            raise TypeError(f"save_state(async_save={async_save!r}): pass True or False.")
+        for name, flag in (("async_save", async_save), ("include_gradients", include_gradients)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"save_state({name}={flag!r}): pass True or False.")
         # Registered objects first, on every rank, as Accelerate calls their state_dict(): it may run code every
         # process must run (the trainer's checkpoint hooks), and whatever that draws from the random generators
         # is then part of the state saved. A failure is raised on every rank, after the collectives (_capture).
@@ -185,7 +191,8 @@ class CheckpointingMixin:
                       state=CapturedState(step=self.step, rng=rng_state), prune=prune)
         error: BaseException | None = None
         try:
-            job.state = self._capture(job, rng_state, safe_serialization, async_save, custom, custom_error)
+            job.state = self._capture(job, rng_state, safe_serialization, async_save, custom, custom_error,
+                                      include_gradients)
         except Exception as err:  # noqa: BLE001 - shared with every rank (by the job, or just below)
             error = err
         if async_save:
@@ -210,7 +217,7 @@ class CheckpointingMixin:
             return [], error
 
     def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
-                 custom: list[Any], custom_error: Exception | None) -> CapturedState:
+                 custom: list[Any], custom_error: Exception | None, gradients: bool = True) -> CapturedState:
         """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
         # Weights and hooks run on every rank (gathering a sharded model's state is collective). The backend may
         # write models and optimizers as per-rank shards instead (FSDP2 with SHARDED_STATE_DICT).
@@ -239,7 +246,7 @@ class CheckpointingMixin:
         state = capture_state(step=self.step, rng_state=rng_state, models=self._models,
                               dataloaders=self._dataloaders, shared=job.writer, weights=weights,
                               optimizers=to_save.optimizers, schedulers=self._schedulers, scaler=self.scaler,
-                              custom=custom, safe_serialization=safe_serialization)
+                              custom=custom, safe_serialization=safe_serialization, gradients=gradients)
         if checkpointer is None:
             return state
         buffers = checkpointer.buffers

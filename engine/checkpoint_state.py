@@ -98,8 +98,9 @@ class CapturedState:
 def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch.nn.Module],
                   dataloaders: list[Any], shared: bool, weights: list[Mapping[str, torch.Tensor]],
                   optimizers: list[Any], schedulers: list[Any], scaler: Any, custom: list[Any],
-                  safe_serialization: bool) -> CapturedState:
-    """Collect every ``state_dict()`` a checkpoint holds for this rank (``shared``: also the shared state).
+                  safe_serialization: bool, gradients: bool = True) -> CapturedState:
+    """Collect every ``state_dict()`` a checkpoint holds for this rank (``shared``: also the shared state;
+    ``gradients``: also the models' ``.grad``).
 
     ``custom`` holds the registered objects' states, already taken on every rank (``save_state``).
     """
@@ -110,9 +111,9 @@ def capture_state(*, step: int, rng_state: Mapping[str, Any], models: list[torch
     for i, model in enumerate(models):
         # Mid-accumulation, .grad holds micro-steps not yet applied (and, under DDP, not yet all-reduced):
         # without them a resumed run would take a different optimizer step.
-        # An FSDP2 gradient is a DTensor: each rank's file holds its own shard (to_local).
-        grads = {name: p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                 for name, p in model.named_parameters() if p.grad is not None}
+        # An FSDP2 / tensor-parallel gradient is a DTensor: each rank's file holds its own shard (to_local).
+        grads = {name: local_gradient(p) for name, p in model.named_parameters() if p.grad is not None} \
+            if gradients else {}
         if grads:
             state.gradients[i] = grads
     if shared:
@@ -294,6 +295,22 @@ def read_model_weights(folder: str, *, allow_unsafe_pickle: bool = False) -> dic
         path, allow_unsafe_pickle=allow_unsafe_pickle)
 
 
+def local_gradient(param: torch.nn.Parameter) -> torch.Tensor:
+    """This rank's part of ``param.grad``, laid out as its part of ``param`` (what ``restore_gradients`` loads).
+
+    A tensor-parallel gradient may come out of backward replicated or pending a sum where the parameter is
+    sharded: it is redistributed to the parameter's placements first (a collective, in parameter order on every
+    rank)."""
+    grad = param.grad
+    assert grad is not None
+    if not hasattr(grad, "to_local"):
+        return grad
+    placements = getattr(param, "placements", None)
+    if placements is not None and tuple(grad.placements) != tuple(placements):
+        grad = grad.redistribute(param.device_mesh, placements)
+    return grad.to_local()
+
+
 def restore_gradients(model: torch.nn.Module, grads: Mapping[str, torch.Tensor] | None) -> None:
     """Give ``model`` exactly the saved gradients: saved ones copied in, all others set to None."""
     grads = grads or {}
@@ -305,6 +322,10 @@ def restore_gradients(model: torch.nn.Module, grads: Mapping[str, torch.Tensor] 
             from engine.fsdp import set_local_grad
 
             set_local_grad(param, saved)
+        elif saved.shape != param.shape:  # a shard saved by a sharded layout (FSDP2, tensor parallelism)
+            from engine.fsdp import gradient_layout_error
+
+            raise gradient_layout_error(name, tuple(saved.shape), tuple(param.shape))
         elif param.grad is not None and param.grad.shape == saved.shape and param.grad.dtype == saved.dtype:
             param.grad.copy_(saved)  # keep the existing tensor: DDP may hold it as a bucket view
         else:

@@ -369,16 +369,22 @@ def load_full_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tenso
     set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))
 
 
+def gradient_layout_error(name: str | None, saved: tuple[int, ...], here: tuple[int, ...]) -> ValueError:
+    """The error for gradients saved as shards of another layout than the one loading them."""
+    which = f" of {name!r}" if name else ""
+    return ValueError(f"A saved gradient shard{which} has shape {saved} but this rank's part of the parameter has "
+                      f"shape {here}: gradients saved between backward and the optimizer step only load on the same "
+                      "number of processes and layout. Save after the optimizer step and zero_grad (or with "
+                      "save_state(include_gradients=False)), or resume with the layout that saved them.")
+
+
 def set_local_grad(param: torch.nn.Parameter, local: torch.Tensor) -> None:
     """Set the gradient of a sharded (DTensor) parameter from this rank's saved shard of it."""
     from torch.distributed.tensor import DTensor
 
     shard = param.to_local() if isinstance(param, DTensor) else param
     if tuple(shard.shape) != tuple(local.shape):
-        raise ValueError(f"A saved gradient shard has shape {tuple(local.shape)} but this rank's shard of the "
-                         f"parameter has shape {tuple(shard.shape)}: gradients saved between backward and the "
-                         "optimizer step only load on the same number of processes. Save after the optimizer "
-                         "step and zero_grad, or resume with as many processes as saved.")
+        raise gradient_layout_error(None, tuple(local.shape), tuple(shard.shape))
     local = local.to(device=shard.device, dtype=shard.dtype)
     if isinstance(param, DTensor):
         param.grad = DTensor.from_local(local, param.device_mesh, param.placements, run_check=False,

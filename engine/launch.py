@@ -30,6 +30,8 @@ from typing import Any
 
 from engine.launch_config import (
     DEEPSPEED_VARIABLES,
+    PARALLELISM_DEFAULTS,
+    PARALLELISM_VARIABLES,
     PRECISIONS,
     LaunchConfig,
     LaunchSettingError,
@@ -73,6 +75,15 @@ def worker_environment(config: LaunchConfig) -> dict[str, str]:
     env["ACCELERATE_USE_DEEPSPEED"] = "true" if config.use_deepspeed else "false"
     for key, value in (config.deepspeed_config or {}).items():
         env[DEEPSPEED_VARIABLES[key]] = str(value).lower() if isinstance(value, bool) else str(value)
+    if config.use_parallelism_config:  # as accelerate launch: the Accelerator builds ParallelismConfig() from them
+        env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+        given = config.parallelism_config or {}
+        for key, value in {**PARALLELISM_DEFAULTS, **given}.items():
+            if key != "parallelism_config_cp_comm_strategy":
+                env[PARALLELISM_VARIABLES[key]] = str(value)
+        if int(given.get("parallelism_config_cp_size", 1)) > 1:  # Accelerate sets the strategy only then
+            strategy = given.get("parallelism_config_cp_comm_strategy", "allgather")
+            env[PARALLELISM_VARIABLES["parallelism_config_cp_comm_strategy"]] = str(strategy)
     if "OMP_NUM_THREADS" not in os.environ and config.uses_cpu():
         # torchrun would set 1 thread per process; on CPU the cores are the compute, so share them out instead.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // config.resolved_nproc_per_node()))
@@ -200,6 +211,14 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
           help="DeepSpeed ZeRO stage (ACCELERATE_DEEPSPEED_ZERO_STAGE), with --use-deepspeed")
     _flag(parser, "--deepspeed-config-file", default=None,
           help="a DeepSpeed JSON config (ACCELERATE_DEEPSPEED_CONFIG_FILE), with --use-deepspeed")
+    _flag(parser, "--fsdp-version", type=int, default=None, choices=(2,),
+          help="accepted from accelerate launch commands: Ember's FSDP is FSDP2 (fully_shard)")
+    _flag(parser, "--use-parallelism-config", action=argparse.BooleanOptionalAction, default=None,
+          help="build ParallelismConfig() from the --parallelism-config-* sizes (ACCELERATE_USE_PARALLELISM_CONFIG)")
+    for key in PARALLELISM_VARIABLES:
+        kind = str if key.endswith(("_backend", "_strategy")) else int
+        _flag(parser, "--" + key.replace("_", "-"), type=kind, default=None,
+              help=f"with --use-parallelism-config: {PARALLELISM_VARIABLES[key]}")
     _flag(parser, "--debug", action=argparse.BooleanOptionalAction, default=None,
           help="debug mode: collectives check tensor shapes across processes and raise "
                "DistributedOperationException on every rank on a mismatch (ACCELERATE_DEBUG_MODE)")

@@ -33,6 +33,25 @@ DEEPSPEED_VARIABLES = {
     "gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
 }
 
+# `accelerate launch --parallelism_config_*` flags (and `parallelism_config:` keys of its config file) and the
+# environment variables they set for ParallelismConfig(); ACCELERATE_USE_PARALLELISM_CONFIG=true goes with them.
+PARALLELISM_VARIABLES = {
+    "parallelism_config_dp_replicate_size": "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
+    "parallelism_config_dp_shard_size": "PARALLELISM_CONFIG_DP_SHARD_SIZE",
+    "parallelism_config_tp_size": "PARALLELISM_CONFIG_TP_SIZE",
+    "parallelism_config_cp_size": "PARALLELISM_CONFIG_CP_SIZE",
+    "parallelism_config_cp_backend": "PARALLELISM_CONFIG_CP_BACKEND",
+    "parallelism_config_cp_comm_strategy": "PARALLELISM_CONFIG_CP_COMM_STRATEGY",
+    "parallelism_config_sp_size": "PARALLELISM_CONFIG_SP_SIZE",
+    "parallelism_config_sp_backend": "PARALLELISM_CONFIG_SP_BACKEND",
+}
+
+# What accelerate launch sets for the sizes and backends not given.
+PARALLELISM_DEFAULTS: dict[str, Any] = {
+    "parallelism_config_dp_replicate_size": 1, "parallelism_config_dp_shard_size": 1, "parallelism_config_tp_size": 1,
+    "parallelism_config_cp_size": 1, "parallelism_config_cp_backend": "torch", "parallelism_config_sp_size": 1,
+    "parallelism_config_sp_backend": "deepspeed"}
+
 
 def default_config_path() -> str:
     """``$EMBER_CONFIG_FILE``, else ``default_config.yaml`` in Ember's cache folder."""
@@ -68,6 +87,8 @@ class LaunchConfig:
     debug: bool = False
     use_deepspeed: bool = False
     deepspeed_config: dict[str, Any] | None = None  # DEEPSPEED_VARIABLES' keys (zero_stage, ...), as Accelerate's
+    use_parallelism_config: bool = False
+    parallelism_config: dict[str, Any] | None = None  # PARALLELISM_VARIABLES' keys, as Accelerate's config file
 
     def __post_init__(self) -> None:
         def is_int(value: Any) -> bool:
@@ -95,10 +116,28 @@ class LaunchConfig:
             raise _bad("max_restarts", self.max_restarts, "an integer >= 0")
         if self.mixed_precision not in PRECISIONS:
             raise _bad("mixed_precision", self.mixed_precision, f"one of {PRECISIONS}")
-        for flag in ("cpu", "use_fsdp", "debug", "use_deepspeed"):
+        for flag in ("cpu", "use_fsdp", "debug", "use_deepspeed", "use_parallelism_config"):
             if not isinstance(getattr(self, flag), bool):
                 raise _bad(flag, getattr(self, flag), "true or false")
         self._check_deepspeed()
+        self._check_parallelism()
+
+    def _check_parallelism(self) -> None:
+        if self.parallelism_config is None:
+            return
+        if not isinstance(self.parallelism_config, dict):
+            raise _bad("parallelism_config", self.parallelism_config, f"a mapping of {sorted(PARALLELISM_VARIABLES)}")
+        unknown = sorted(set(self.parallelism_config) - set(PARALLELISM_VARIABLES))
+        if unknown:
+            raise _bad("parallelism_config", self.parallelism_config,
+                       f"only the keys {sorted(PARALLELISM_VARIABLES)}, not {unknown}")
+        for key, value in self.parallelism_config.items():
+            if key.endswith("_size") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _bad(key, value, "a positive integer")
+        if self.parallelism_config and not self.use_parallelism_config:
+            # accelerate launch ignores them then; a setting that does nothing is a mistake to report.
+            raise LaunchSettingError(f"Parallelism settings {sorted(self.parallelism_config)} were given without "
+                                     "use_parallelism_config: add --use_parallelism_config, or remove them.")
 
     def _check_deepspeed(self) -> None:
         if self.use_deepspeed and self.use_fsdp:

@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.launch_config import (
     DEEPSPEED_VARIABLES,
+    PARALLELISM_VARIABLES,
     LaunchConfig,
     LaunchSettingError,
     default_config_path,
@@ -31,7 +32,8 @@ from engine.launch_config import (
 # Accelerate's port when none is given (its launcher's default).
 DEFAULT_MAIN_PROCESS_PORT = 29500
 # The settings only Accelerate's spelling has; `resolve_aliases` turns them into Ember's.
-ALIASES = ("num_processes", "main_process_ip", "main_process_port", "zero_stage", "deepspeed_config_file")
+ALIASES = ("num_processes", "main_process_ip", "main_process_port", "zero_stage", "deepspeed_config_file",
+           *PARALLELISM_VARIABLES)
 SETTING_NAMES = (*LaunchConfig.field_names(), *ALIASES)
 # A flag for the first setting replaces a file's value for any of the others (the same setting, spelled
 # differently).
@@ -48,7 +50,7 @@ _DISTRIBUTED_TYPES = {"NO": {}, "MULTI_CPU": {}, "MULTI_GPU": {}, "FSDP": {"use_
 _NOTHING_TO_DO = {"compute_environment", "distributed_type", "downcast_bf16", "main_training_function",
                   "enable_cpu_affinity", "same_network", "tpu_use_cluster", "tpu_use_sudo", "tpu_name", "tpu_zone",
                   "commands", "command_file", "tpu_vm", "tpu_env", "dynamo_config", "mpirun_config", "fp8_config",
-                  "megatron_lm_config", "parallelism_config", "ipex_config"}
+                  "megatron_lm_config", "ipex_config"}
 
 # `accelerate launch` flags that `ember launch` does not take, and what to do instead.
 UNSUPPORTED_FLAGS = {
@@ -86,6 +88,8 @@ def settings_from(config_file: str | None, flags: Mapping[str, Any]) -> LaunchCo
                 values.pop(other, None)
     if "deepspeed_config" in values and any(k in given for k in ("zero_stage", "deepspeed_config_file")):
         values["deepspeed_config"] = dict(values["deepspeed_config"])  # the flags' keys are merged into it
+    if "parallelism_config" in values and any(k in given for k in PARALLELISM_VARIABLES):
+        values["parallelism_config"] = dict(values["parallelism_config"])
     return LaunchConfig(**resolve_aliases({**values, **given}))
 
 
@@ -136,6 +140,14 @@ def from_accelerate_config(values: Mapping[str, Any], path: str) -> dict[str, An
                                f"{sorted(DEEPSPEED_VARIABLES)}.")
             if value:
                 settings["deepspeed_config"] = dict(value)
+        elif key == "parallelism_config":
+            unknown = sorted(set(value or {}) - set(PARALLELISM_VARIABLES))
+            if unknown:
+                raise bad(key, f"has settings ember launch cannot pass on: {unknown}; known: "
+                               f"{sorted(PARALLELISM_VARIABLES)}.")
+            if value:  # accelerate launch: use_parallelism_config is "the file has a parallelism_config"
+                settings["parallelism_config"] = dict(value)
+                settings["use_parallelism_config"] = True
         elif key == "fsdp_config":
             settings.update(_fsdp_settings(value or {}, path))
         elif key == "gpu_ids":
@@ -183,6 +195,9 @@ def resolve_aliases(values: Mapping[str, Any]) -> dict[str, Any]:
     deepspeed = {k: values[k] for k in ("zero_stage", "deepspeed_config_file") if values.get(k) is not None}
     if deepspeed:
         settings["deepspeed_config"] = {**(settings.get("deepspeed_config") or {}), **deepspeed}
+    parallelism = {k: values[k] for k in PARALLELISM_VARIABLES if values.get(k) is not None}
+    if parallelism:
+        settings["parallelism_config"] = {**(settings.get("parallelism_config") or {}), **parallelism}
     return settings
 
 

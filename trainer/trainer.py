@@ -80,7 +80,8 @@ class Trainer:
         fast_dev_run: run N (``True``: 1) batches of each stage, one epoch, no trackers, no sanity check.
         overfit_batches: train and validate on the first N (or fraction of) training batches, unshuffled.
         log_every_n_steps: send step metrics to the trackers every N optimizer steps.
-        enable_checkpointing: accepted for Lightning compatibility (add a ``ModelCheckpoint`` to save checkpoints).
+        enable_checkpointing: without a ``ModelCheckpoint`` in ``callbacks``, add Lightning's default one (the
+            newest epoch-end checkpoint kept); default True (False with ``barebones``).
         enable_progress_bar / enable_model_summary: add a ``ProgressBar`` / ``ModelSummary`` callback.
         callbacks: more ``Callback`` instances, called in this order.
         log_with / project_dir / project_name: trackers (default ``"csv"``), their folder (``"runs"``), run name.

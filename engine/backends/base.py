@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -93,6 +94,10 @@ class Backend:
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """``model``'s complete state dict (a collective where parameters are sharded: every rank calls it)."""
+        if _holds_dtensors([model]):  # split by the user (parallelize_module on a mesh of one, in configure_model)
+            from engine.fsdp import full_state_dict
+
+            return full_state_dict(model)
         return model.state_dict()
 
     # -- the training step --------------------------------------------------------------------------------------
@@ -131,6 +136,10 @@ class Backend:
         included, so every run of a script writes the layout the others read).
         """
         plugin = self.state.fsdp_plugin
+        if plugin is None and _holds_dtensors(models):
+            # DTensor parameters the user made (tensor parallelism on a mesh of one process): written as
+            # torch.distributed.checkpoint shards, as the tensor-parallel backend writes them, so they load anywhere.
+            return ModelsToSave(sharded=True)
         if plugin is None:
             return ModelsToSave(weights=[self.full_state_dict(model) for model in models],
                                 optimizers=list(optimizers))
@@ -190,3 +199,12 @@ class Backend:
 
     def _load_optimizer(self, optimizer: Any, state: Any, owners: Sequence[torch.nn.Module]) -> None:
         optimizer.load_state_dict(state)
+
+
+def _holds_dtensors(models: Sequence[torch.nn.Module]) -> bool:
+    """Whether any of ``models`` has DTensor parameters (never, until something imported DTensor)."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return False
+    from engine.fsdp import holds_dtensors
+
+    return any(holds_dtensors(model) for model in models)

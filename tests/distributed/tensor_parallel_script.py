@@ -4,7 +4,7 @@
 
 RUN_JSON: ``{"config": {ParallelismConfig kwargs} or null, "plan": "tp" | "sp", "steps": 6,
 "save_at": step or null, "state_dir": dir, "resume_from": dir or null, "resume_at": step, "reference": bool,
-"clip": max_norm}`` (``steps == resume_at``: only load, to compare the loaded weights).
+"clip": max_norm, "zero_grad": "first" | "last"}`` (``steps == resume_at``: only load, to compare the loaded weights).
 Each step: forward, backward, ``clip_grad_norm_(1.0)``, optimizer step. Every process records its losses and
 gradient norms; process 0 writes them with the full weights (``get_state_dict``), what ``gather_for_metrics``
 gave on an evaluation loader, each process's batches, and, with ``"reference"``, the same training in this
@@ -75,7 +75,7 @@ def reference(steps: int, batch: int) -> dict[str, Any]:
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)))
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     with torch.no_grad():
         gathered = loss_of(model, tokens[:5], reduction="none").tolist()
     return {"losses": losses, "norms": norms, "gathered": gathered,
@@ -104,17 +104,23 @@ def main(out: str, run: dict[str, Any]) -> None:
     if run.get("resume_from"):
         accelerator.load_state(run["resume_from"])
     start = run.get("resume_at", 0)
+    # "zero_grad": "first" zeroes before backward (Lightning's order): a save after the step then holds the
+    # gradients, each rank its part of them laid out as its part of the parameter.
+    zero_first = run.get("zero_grad") == "first"
     losses, norms, batches, saved = [], [], [], None
     for step, (batch,) in enumerate(loader, start=start):
         if step >= run["steps"]:
             break
         batches.append(batch[:, 0].tolist())
+        if zero_first:
+            optimizer.zero_grad()
         loss = loss_of(model, batch)
         accelerator.backward(loss)
         norms.append(float(accelerator.clip_grad_norm_(model.parameters(), run.get("clip", 1.0))))
         optimizer.step()
-        optimizer.zero_grad()
-        losses.append(float(loss))
+        if not zero_first:
+            optimizer.zero_grad()
+        losses.append(float(loss.detach()))
         if run.get("save_at") == step + 1:
             accelerator.save_state(os.path.join(run["state_dir"], f"state_{step + 1}"))
             saved = {k: v.flatten().tolist() for k, v in accelerator.get_state_dict(model).items()}
@@ -144,7 +150,8 @@ def main(out: str, run: dict[str, Any]) -> None:
                   "backend": type(accelerator.backend).__name__,
                   "param_types": sorted({type(p).__name__ for p in model.parameters()})}
         if run.get("reference"):
-            data_parallel = config.data_parallel_size if config is not None else accelerator.num_processes
+            used = accelerator.parallelism_config  # the one given, or built from PARALLELISM_CONFIG_* variables
+            data_parallel = used.data_parallel_size if used is not None else accelerator.num_processes
             result["reference"] = reference(run["steps"], BATCH * data_parallel)
         with open(out, "w") as handle:
             json.dump(result, handle)

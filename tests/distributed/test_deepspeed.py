@@ -3,8 +3,8 @@ its imports, gives the weights Accelerate 1.15 gave (tests/distributed/deepspeed
 and a kill during a save leaves the previous checkpoint loadable.
 
 Each case is one real 2-process run of ``tests/distributed/deepspeed_script.py`` (``DS_SCRIPT_API=engine``),
-started with torch's launcher. DeepSpeed's first start on a machine compiles a small communication op (about a
-minute, cached in ``~/.cache/torch_extensions``; ``make setup`` builds it).
+started with torch's launcher. DeepSpeed's first start on a machine compiles a small communication op (a few
+minutes on 2 cores, cached in ``~/.cache/torch_extensions``): the first of these tests pays it.
 """
 
 from __future__ import annotations

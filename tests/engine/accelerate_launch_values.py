@@ -80,7 +80,30 @@ CONFIG_TEXTS = {'deepspeed': 'compute_environment: LOCAL_MACHINE\n'
                'same_network: true\n'
                'tpu_use_cluster: false\n'
                'tpu_use_sudo: false\n'
-               'use_cpu: false\n'}
+               'use_cpu: false\n',
+ 'parallelism': 'compute_environment: LOCAL_MACHINE\n'
+                'debug: false\n'
+                'distributed_type: FSDP\n'
+                'downcast_bf16: false\n'
+                'enable_cpu_affinity: false\n'
+                'fsdp_config:\n'
+                '  fsdp_version: 2\n'
+                'machine_rank: 0\n'
+                'main_process_port: 29471\n'
+                'main_training_function: main\n'
+                "mixed_precision: 'no'\n"
+                'num_machines: 1\n'
+                'num_processes: 4\n'
+                'parallelism_config:\n'
+                '  parallelism_config_cp_size: 1\n'
+                '  parallelism_config_dp_replicate_size: 1\n'
+                '  parallelism_config_dp_shard_size: 2\n'
+                '  parallelism_config_tp_size: 2\n'
+                'rdzv_backend: static\n'
+                'same_network: true\n'
+                'tpu_use_cluster: false\n'
+                'tpu_use_sudo: false\n'
+                'use_cpu: false\n'}
 FLAG_CASES = {'hyphens': ['--multi-gpu', '--num-processes', '2', '--mixed-precision', 'bf16'],
  'mixed_precision': ['--multi_gpu', '--num_processes', '2', '--mixed_precision', 'fp16'],
  'multi_node': ['--multi_gpu',
@@ -95,6 +118,16 @@ FLAG_CASES = {'hyphens': ['--multi-gpu', '--num-processes', '2', '--mixed-precis
                 '--main_process_port',
                 '29471'],
  'num_processes': ['--multi_gpu', '--num_processes', '2'],
+ 'parallelism': ['--use_fsdp',
+                 '--fsdp_version',
+                 '2',
+                 '--num_processes',
+                 '4',
+                 '--use_parallelism_config',
+                 '--parallelism_config_dp_shard_size',
+                 '2',
+                 '--parallelism_config_tp_size',
+                 '2'],
  'use_deepspeed': ['--use_deepspeed',
                    '--num_processes',
                    '2',
@@ -135,6 +168,24 @@ FLAG_RESULTS = {'hyphens': {'env': {'ACCELERATE_MIXED_PRECISION': 'bf16'},
                                 'nproc_per_node': '2',
                                 'rdzv_backend': 'static',
                                 'rdzv_endpoint': None}},
+ 'parallelism': {'env': {'ACCELERATE_MIXED_PRECISION': 'no',
+                         'ACCELERATE_USE_FSDP': 'true',
+                         'ACCELERATE_USE_PARALLELISM_CONFIG': 'true',
+                         'FSDP_VERSION': '2',
+                         'PARALLELISM_CONFIG_CP_BACKEND': 'torch',
+                         'PARALLELISM_CONFIG_CP_SIZE': '1',
+                         'PARALLELISM_CONFIG_DP_REPLICATE_SIZE': '1',
+                         'PARALLELISM_CONFIG_DP_SHARD_SIZE': '2',
+                         'PARALLELISM_CONFIG_SP_BACKEND': 'deepspeed',
+                         'PARALLELISM_CONFIG_SP_SIZE': '1',
+                         'PARALLELISM_CONFIG_TP_SIZE': '2'},
+                 'torchrun': {'master_addr': None,
+                              'master_port': '29500',
+                              'nnodes': None,
+                              'node_rank': None,
+                              'nproc_per_node': '4',
+                              'rdzv_backend': 'static',
+                              'rdzv_endpoint': None}},
  'use_deepspeed': {'env': {'ACCELERATE_CONFIG_DS_FIELDS': '',
                            'ACCELERATE_DEEPSPEED_CONFIG_FILE': 'ds_config.json',
                            'ACCELERATE_DEEPSPEED_ZERO_STAGE': '3',
@@ -188,4 +239,22 @@ FILE_RESULTS = {'deepspeed': {'env': {'ACCELERATE_CONFIG_DS_FIELDS': 'gradient_a
                              'node_rank': 1,
                              'nproc_per_node': '4',
                              'rdzv_backend': 'static',
-                             'rdzv_endpoint': '10.0.0.1:29471'}}}
+                             'rdzv_endpoint': '10.0.0.1:29471'}},
+ 'parallelism': {'env': {'ACCELERATE_MIXED_PRECISION': 'no',
+                         'ACCELERATE_USE_FSDP': 'true',
+                         'ACCELERATE_USE_PARALLELISM_CONFIG': 'true',
+                         'FSDP_VERSION': '2',
+                         'PARALLELISM_CONFIG_CP_BACKEND': 'torch',
+                         'PARALLELISM_CONFIG_CP_SIZE': '1',
+                         'PARALLELISM_CONFIG_DP_REPLICATE_SIZE': '1',
+                         'PARALLELISM_CONFIG_DP_SHARD_SIZE': '2',
+                         'PARALLELISM_CONFIG_SP_BACKEND': 'deepspeed',
+                         'PARALLELISM_CONFIG_SP_SIZE': '1',
+                         'PARALLELISM_CONFIG_TP_SIZE': '2'},
+                 'torchrun': {'master_addr': None,
+                              'master_port': '29471',
+                              'nnodes': None,
+                              'node_rank': None,
+                              'nproc_per_node': '4',
+                              'rdzv_backend': 'static',
+                              'rdzv_endpoint': None}}}

@@ -54,6 +54,10 @@ PAIRS = {  # accelerate launch's spelling -> torchrun's (Ember's own) spelling
                             ["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h:29500", "--rdzv-backend",
                              "static"]),
     "config_file": (["--config_file", "x.yaml"], ["--config-file", "x.yaml"]),
+    "parallelism": (["--use_fsdp", "--fsdp_version", "2", "--num_processes", "4", "--use_parallelism_config",
+                     "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2"],
+                    ["--use-fsdp", "--nproc-per-node", "4", "--use-parallelism-config",
+                     "--parallelism-config-dp-shard-size", "2", "--parallelism-config-tp-size", "2"]),
 }
 
 
@@ -67,7 +71,7 @@ def test_each_accelerate_flag_makes_the_launch_of_its_torchrun_spelling(case: st
 
 
 @pytest.mark.parametrize("case", ["num_processes", "hyphens", "multi_node", "mixed_precision", "use_fsdp",
-                                  "use_deepspeed"])
+                                  "use_deepspeed", "parallelism"])
 def test_the_numbers_and_variables_are_accelerates(case: str) -> None:
     """Against what Accelerate 1.15 derived from the same flags (num_processes is a total over machines)."""
     argv, env = plan(*[f for f in recorded.FLAG_CASES[case] if f not in ("--multi_gpu", "--multi-gpu")])
@@ -88,6 +92,9 @@ def test_the_numbers_and_variables_are_accelerates(case: str) -> None:
                     "--rdzv-endpoint", f"10.0.0.1:{recorded.PORT}", "--mixed-precision", "fp16", "--no-cpu"]),
     ("deepspeed", ["--use-deepspeed", "--zero-stage", "2", "--nproc-per-node", "2", "--mixed-precision", "bf16"]),
     ("fsdp", ["--use-fsdp", "--nproc-per-node", "2", "--debug"]),
+    ("parallelism", ["--use-fsdp", "--nproc-per-node", "4", "--use-parallelism-config",
+                     "--parallelism-config-dp-shard-size", "2", "--parallelism-config-tp-size", "2",
+                     "--parallelism-config-cp-size", "1", "--parallelism-config-dp-replicate-size", "1"]),
 ])
 def test_accelerate_config_files_launch_as_accelerate_would(name: str, same_as: list[str], tmp_path: Path) -> None:
     path = tmp_path / f"{name}.yaml"
@@ -133,6 +140,9 @@ def test_flags_win_over_the_file_in_either_spelling(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("flags", "message"), [
+    (["--parallelism_config_tp_size", "2"], ("Parallelism settings ['parallelism_config_tp_size'] were given without "
+                                            "use_parallelism_config: add --use_parallelism_config")),
+    (["--use_parallelism_config", "--parallelism_config_tp_size", "0"], "parallelism_config_tp_size=0 is invalid"),
     (["--zero_stage", "2"], "DeepSpeed settings ['zero_stage'] were given without use_deepspeed: add --use_deepspeed"),
     (["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"],
      "num_processes=3 (a total over all machines) does not divide into num_machines=2"),

@@ -49,6 +49,12 @@ questionnaire = {
     "fsdp": {**COMMON, "distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2, "debug": True,
              "fsdp_config": {"fsdp_version": 2, "fsdp_offload_params": False, "fsdp_reshard_after_forward": True,
                              "fsdp_state_dict_type": "SHARDED_STATE_DICT"}},
+    # What the questionnaire writes when asked for a ParallelismConfig (FSDP2 x TP on 4 processes).
+    "parallelism": {**COMMON, "distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 4,
+                    "fsdp_config": {"fsdp_version": 2},
+                    "parallelism_config": {"parallelism_config_dp_replicate_size": 1,
+                                           "parallelism_config_dp_shard_size": 2, "parallelism_config_tp_size": 2,
+                                           "parallelism_config_cp_size": 1}},
 }
 config_texts = {}
 for name, values in questionnaire.items():
@@ -68,12 +74,17 @@ FLAG_CASES = {
     "use_deepspeed": ["--use_deepspeed", "--num_processes", "2", "--zero_stage", "3",
                       "--deepspeed_config_file", "ds_config.json"],
     "hyphens": ["--multi-gpu", "--num-processes", "2", "--mixed-precision", "bf16"],
+    "parallelism": ["--use_fsdp", "--fsdp_version", "2", "--num_processes", "4", "--use_parallelism_config",
+                    "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2"],
 }
 ACCELERATE_SETTINGS = ("ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED",
                        "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
                        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
                        "ACCELERATE_DEEPSPEED_ZERO3_INIT", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                       "ACCELERATE_DEBUG_MODE", "ACCELERATE_CONFIG_DS_FIELDS", "FSDP_VERSION")
+                       "ACCELERATE_DEBUG_MODE", "ACCELERATE_CONFIG_DS_FIELDS", "FSDP_VERSION",
+                       "ACCELERATE_USE_PARALLELISM_CONFIG", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
+                       "PARALLELISM_CONFIG_DP_SHARD_SIZE", "PARALLELISM_CONFIG_TP_SIZE", "PARALLELISM_CONFIG_CP_SIZE",
+                       "PARALLELISM_CONFIG_CP_BACKEND", "PARALLELISM_CONFIG_SP_SIZE", "PARALLELISM_CONFIG_SP_BACKEND")
 
 
 def resolve(argv: list[str]) -> dict[str, object]:
@@ -98,7 +109,7 @@ for key in ACCELERATE_SETTINGS:
 with contextlib.redirect_stdout(io.StringIO()):  # Accelerate prints which defaults it filled in
     flag_results = {name: resolve(argv) for name, argv in FLAG_CASES.items()}
     file_results = {name: resolve(["--config_file", os.path.join(folder, f"{name}.yaml")])
-                    for name in ("multi_node", "deepspeed", "fsdp")}
+                    for name in ("multi_node", "deepspeed", "fsdp", "parallelism")}
 
 print(f'"""Recorded from accelerate {accelerate.__version__} by tests/parity_scripts/record_accelerate_launch.py: '
       'the files `accelerate config` writes,\nand the torchrun settings and worker variables `accelerate launch` '

@@ -137,7 +137,11 @@ class Checkpointer:
         folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``)."""
         with profile(self.profiler, "save_checkpoint"):
             self.before_save()
-            folder = self.accelerator.save_state(path, async_save=async_save)
+            # Where saves wait for an optimizer step (FSDP2, tensor parallelism, DeepSpeed) the gradients are spent
+            # (the next step zeroes them before its backward): leaving them out lets the checkpoint load on another
+            # number of processes, as Lightning's does.
+            spent = not self.accelerator.backend.saves_mid_accumulation
+            folder = self.accelerator.save_state(path, async_save=async_save, include_gradients=not spent)
         self.saved_position = self.position()
         return folder
 

@@ -152,7 +152,8 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     else:
         log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
     processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
-    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes))
+    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes),
+                                                          config.num_nodes)
     if kind == "model_parallel":
         strategy.check_precision(config.precision)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:

@@ -32,10 +32,11 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
 STRATEGY_NAMES = (*_DDP_NAMES, "ddp_find_unused_parameters_true", "fsdp", *DEEPSPEED_NAMES)
 
 
-def resolve_strategy(strategy: Any, world_size: int = 1) -> tuple[str, Any, dict[str, Any]]:
+def resolve_strategy(strategy: Any, world_size: int = 1, num_nodes: int = 1) -> tuple[str, Any, dict[str, Any]]:
     """``(kind, strategy object, Accelerator keywords)`` for a strategy name or object; ``kind`` is ``"ddp"``,
     ``"fsdp"``, ``"deepspeed"`` or ``"model_parallel"`` (a name becomes the object it stands for, as
-    ``trainer.strategy`` shows it). ``world_size``: the processes the run will have (a mesh is sized by it)."""
+    ``trainer.strategy`` shows it). ``world_size`` / ``num_nodes``: the processes and machines the run will have
+    (a mesh is sized by them)."""
     if isinstance(strategy, str):
         name = strategy.lower()
         if name in _DDP_NAMES:
@@ -53,7 +54,7 @@ def resolve_strategy(strategy: Any, world_size: int = 1) -> tuple[str, Any, dict
         if name in _DDP_NAMES and name != "ddp_find_unused_parameters_true":
             return "ddp", strategy, {}  # Ember's DDP as it is: no handler to add
     if isinstance(strategy, ModelParallelStrategy):
-        return "model_parallel", strategy, strategy.accelerator_kwargs(world_size)
+        return "model_parallel", strategy, strategy.accelerator_kwargs(world_size, num_nodes)
     for kind, cls in (("ddp", DDPStrategy), ("fsdp", FSDPStrategy), ("deepspeed", DeepSpeedStrategy)):
         if isinstance(strategy, cls):
             return kind, strategy, strategy.accelerator_kwargs()

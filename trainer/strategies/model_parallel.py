@@ -63,11 +63,14 @@ class ModelParallelStrategy:
                                f"should equal the world size ({world_size}).")
         return data, tensor
 
-    def accelerator_kwargs(self, world_size: int = 1) -> dict[str, Any]:
-        """``Accelerator(parallelism_config=..., fsdp_plugin=..., kwargs_handlers=...)`` for this strategy."""
+    def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
+        """``Accelerator(parallelism_config=..., fsdp_plugin=..., kwargs_handlers=...)`` for this strategy; the
+        ``"auto"`` sizes are resolved here for good (data parallel over the machines, tensor parallel within one),
+        as Lightning resolves them when its processes start."""
         from engine import InitProcessGroupKwargs, ParallelismConfig
 
-        data, tensor = self.sizes(world_size)
+        data, tensor = self.sizes(world_size, num_nodes)
+        self._data_parallel_size, self._tensor_parallel_size = data, tensor
         kwargs: dict[str, Any] = {"parallelism_config": ParallelismConfig(dp_shard_size=data, tp_size=tensor)}
         if not self._save_distributed_checkpoint:
             from engine.fsdp import FullyShardedDataParallelPlugin
@@ -101,6 +104,12 @@ class ModelParallelStrategy:
         if self._device_mesh is None:
             raise RuntimeError("Accessing the device mesh before processes have initialized is not allowed.")
         return self._device_mesh
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How the data is split: over the data-parallel dimension only (tensor-parallel ranks share batches)."""
+        data_parallel = self.device_mesh["data_parallel"]
+        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
 
     @property
     def module_mesh(self) -> Any:
