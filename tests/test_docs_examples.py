@@ -7,7 +7,7 @@ an empty temporary folder. A fence right below the line
 required (for example "needs a GPU", "starts 2 processes"). ``--8<-- "file"`` lines (pymdownx.snippets) are replaced by
 the file they include, from ``docs/snippets/``. Tracebacks name the page and its line numbers.
 
-README.md is collected too once it carries the front page's marker (``docs/README_front_page.md``).
+README.md (the front page) is collected too: it carries the marker line.
 """
 
 from __future__ import annotations

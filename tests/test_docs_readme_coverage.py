@@ -1,6 +1,7 @@
 """Nothing in README.md is lost from the documentation site.
 
-The README is to become a short front page (``docs/README_front_page.md``), so everything it says must also be on
+README.md is the repository's short front page (it replaced a long README whose content moved to the site: this
+test kept that move honest, and keeps the front page and the site in step), so everything it says must also be on
 the site. Two mechanical checks, both reading only text (no build, well under a second):
 
 - every ``## `` / ``### `` heading of README.md is mapped in ``SECTIONS`` to the site pages that carry its
