@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import os, signal, sys
+# As in a terminal: a test runner started in the background (nohup, `cmd &`) hands its children SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 from callbacks import Callback, ModelCheckpoint
 from tests.trainer.helpers import Regressor, data
