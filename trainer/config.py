@@ -143,7 +143,7 @@ class TrainerConfig:
             raise MisconfigurationException(
                 f"Trainer(check_val_every_n_epoch=None, val_check_interval={interval!r}): `val_check_interval` should be "
                 "an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, or dict kwargs for "
-                "timedelta) when `check_val_every_n_epoch=None`: it then counts training batches (or time) across "
+                "timedelta) when `check_val_every_n_epoch=None`. It then counts training batches (or time) across "
                 "epochs.")
         code = self.preemption_exit_code
         if not checks.is_int(code) or not 0 <= code <= 255:

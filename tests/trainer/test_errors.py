@@ -56,7 +56,9 @@ def test_val_check_interval_larger_than_the_epoch() -> None:
     with pytest.raises(ValueError, match=r"must be an int >= 1 .*, a float in \(0.0, 1.0\].*Received: 1.5"):
         Trainer(**QUIET, val_check_interval=1.5)
     with pytest.raises(MisconfigurationException, match=r"val_check_interval=0.5\): `val_check_interval` should be an "
-                                                        r"integer or a time-based duration"):
+                                                        r"integer or a time-based duration \(str 'DD:HH:MM:SS', "
+                                                        r"datetime.timedelta, or dict kwargs for timedelta\) when "
+                                                        r"`check_val_every_n_epoch=None`\."):  # Lightning's sentence
         Trainer(**QUIET, check_val_every_n_epoch=None, val_check_interval=0.5)
 
 
