@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -223,7 +223,7 @@ def test_clip_gradients_takes_the_trainers_settings_and_refuses_others() -> None
     # Lightning 2.6 (test_lightning_module_configure_gradient_clipping_different_argument_values): a value or
     # algorithm given to clip_gradients that differs from the Trainer's raises; not given, it is the Trainer's.
     class Own(Regressor):
-        clip: dict[str, Any] = {}
+        clip: ClassVar[dict[str, Any]] = {}
 
         def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
                                         gradient_clip_algorithm: Any = None) -> None:
