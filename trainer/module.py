@@ -297,10 +297,20 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         self.trainer.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Freeze every parameter that ``optimizer`` does not own (until ``untoggle_optimizer``), e.g. for GANs."""
+        """Freeze the parameters of the trainer's other optimizers (until ``untoggle_optimizer``), e.g. for GANs.
+
+        As Lightning: a parameter no optimizer holds keeps its ``requires_grad``. Outside a trainer (no optimizers
+        known), every parameter ``optimizer`` does not hold is frozen.
+        """
         owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        saved = {}
-        for param in self.parameters():
+        trainer = self._attached_trainer()
+        others = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
+        params = ([p for opt in others for group in opt.param_groups for p in group["params"]] if others
+                  else list(self.parameters()))
+        saved: dict[torch.Tensor, bool] = {}
+        for param in params:
+            if param in saved:
+                continue
             saved[param] = param.requires_grad
             if id(param) not in owned:
                 param.requires_grad = False
