@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from callbacks import ModelCheckpoint, ProgressBar
+from callbacks import ProgressBar
 from callbacks.exceptions import MisconfigurationException
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
@@ -129,11 +129,3 @@ def test_an_empty_training_loader_is_an_error_naming_it() -> None:
         Trainer(**QUIET, max_epochs=1).fit(Regressor(), empty)
     with pytest.raises(ValueError, match=r"its dataset has 0 samples"):
         Trainer(**QUIET, max_epochs=1).fit(Regressor(), DataLoader(TensorDataset(torch.zeros(0, 3)), batch_size=2))
-
-
-def test_model_checkpoint_with_checkpointing_off_is_an_error() -> None:
-    # Lightning 2.6 (test_configure_model_checkpoint): its exception and text; with checkpointing on, it is kept.
-    with pytest.raises(MisconfigurationException, match="`enable_checkpointing=False` but found `ModelCheckpoint`"):
-        Trainer(**{**QUIET, "enable_checkpointing": False}, callbacks=[ModelCheckpoint(monitor="foo")])
-    callback = ModelCheckpoint(monitor="foo")
-    assert Trainer(**{**QUIET, "enable_checkpointing": True}, callbacks=[callback]).checkpoint_callbacks == [callback]

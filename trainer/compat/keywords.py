@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 import torch
 
 from callbacks import Callback, ModelCheckpoint
-from callbacks.exceptions import MisconfigurationException
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
@@ -62,13 +61,8 @@ class LightningChoices:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
         and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``."""
         given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
-        found = [c for c in given if isinstance(c, ModelCheckpoint)]
-        if found and not config.enable_checkpointing:
-            # Lightning's error and text (a checkpoint callback asked for while checkpointing is off).
-            raise MisconfigurationException(
-                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
-                "list. Remove the ModelCheckpoint, or leave enable_checkpointing on (barebones turns it off).")
-        if not config.enable_checkpointing or config.fast_dev_run or found:
+        if not config.enable_checkpointing or config.fast_dev_run or any(
+                isinstance(c, ModelCheckpoint) for c in given):
             return None
         return ModelCheckpoint()
 
