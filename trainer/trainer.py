@@ -256,6 +256,8 @@ class Trainer:
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs
+                if self.config.fast_dev_run:  # as Lightning: every step's metrics are logged in a fast_dev_run
+                    every = 1
                 loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
