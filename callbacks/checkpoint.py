@@ -330,9 +330,12 @@ class ModelCheckpoint(Callback):
         return isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0
 
     def _time_is_up(self, trainer: TrainerView) -> bool:
-        up = [time.monotonic() - self._last_time >= (self._train_time_interval or 0.0)]
+        now = time.monotonic()
+        up = [now - self._last_time >= (self._train_time_interval or 0.0)]
         if trainer.world_size > 1:
             broadcast_object_list(up)  # process 0's clock decides: every process must save together
+        if up[0]:
+            self._last_time = now  # the next interval starts here (as Lightning: one save per interval)
         return bool(up[0])
 
     def _request(self, trainer: TrainerView, kind: str) -> None:
