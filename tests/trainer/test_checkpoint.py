@@ -158,3 +158,11 @@ def test_train_time_interval_saves_once_per_interval(tmp_path: Any, monkeypatch:
                                train_time_interval=datetime.timedelta(minutes=1), save_top_k=-1)
     Trainer(**QUIET, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=64, batch_size=4))
     assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=9.ckpt", "epoch=1-step=18.ckpt", "epoch=1-step=27.ckpt"]
+
+
+def test_save_last_link_needs_a_local_dirpath() -> None:
+    # Lightning 2.6 (test_model_checkpoint_save_last_as_link_not_local): a URL dirpath with save_last="link"
+    # raises its ValueError at setup (a symbolic link needs a local folder); a local one sets up.
+    callback = ModelCheckpoint(dirpath="memory://not-a-filesystem-path", save_last="link")
+    with pytest.raises(ValueError, match="save_last='link'.* is only supported for local file paths"):
+        callback.setup(trainer=Trainer(**QUIET), pl_module=Regressor(), stage="fit")
