@@ -162,7 +162,7 @@ def test_train_time_interval_saves_once_per_interval(tmp_path: Any, monkeypatch:
 
 def test_save_last_link_needs_a_local_dirpath() -> None:
     # Lightning 2.6 (test_model_checkpoint_save_last_as_link_not_local): a URL dirpath with save_last="link"
-    # raises its ValueError at setup (a symbolic link needs a local folder); a local one sets up.
+    # raises its ValueError at setup (a symbolic link needs a local folder).
     callback = ModelCheckpoint(dirpath="memory://not-a-filesystem-path", save_last="link")
     with pytest.raises(ValueError, match="save_last='link'.* is only supported for local file paths"):
         callback.setup(trainer=Trainer(**QUIET), pl_module=Regressor(), stage="fit")
