@@ -42,10 +42,10 @@ class GradientAccumulationScheduler(Callback):
                 factor = value
         return factor
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Lightning's checks before training: automatic optimisation, no Trainer(accumulate_grad_batches=...)
         beside the callback, a warning for overridden optimizer hooks (called per step, not per batch)."""
-        if not module.automatic_optimization:
+        if not pl_module.automatic_optimization:
             raise RuntimeError("Automatic gradient accumulation and the `GradientAccumulationScheduler` is not "
                                "supported for manual optimization. Please remove the callback or switch to automatic "
                                "optimization (or accumulate in training_step yourself).")
@@ -55,14 +55,15 @@ class GradientAccumulationScheduler(Callback):
                              f" callback. Either remove `accumulate_grad_batches` from the Trainer or remove the "
                              f"callback (Trainer(accumulate_grad_batches={given}), {self.scheduling}).")
         # Overridden: the method the module's class resolves is not TrainModule's own.
-        overridden = any(not getattr(getattr(type(module), name, None), "__qualname__", "TrainModule.").startswith(
+        module_type = type(pl_module)
+        overridden = any(not getattr(getattr(module_type, name, None), "__qualname__", "TrainModule.").startswith(
             "TrainModule.") for name in ("optimizer_step", "optimizer_zero_grad"))
         if overridden and any(factor > 1 for factor in self.scheduling.values()):
             warnings.warn("When using `Trainer(accumulate_grad_batches != 1)` and overriding "
                           "`LightningModule.optimizer_{step,zero_grad}`, the hooks will not be called on every batch "
                           "(rather, they are called on every optimization step).", UserWarning, stacklevel=2)
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # A documented setter: the trainer reads the factor at every batch when it decides the accumulation
         # window, so the new value holds from this epoch's first batch whatever runs after this hook.
         self._applied = trainer.accumulate_grad_batches = self.factor(trainer.current_epoch)

@@ -153,129 +153,140 @@ class Callback:
         """Restore what ``state_dict`` returned."""
 
     # -- set-up and tear-down ---------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         """Start of fit / validate / test / predict (``stage`` is one of those names), after ``prepare_data``."""
 
-    def teardown(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         """End of fit / validate / test / predict."""
 
-    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Fit begins: model, optimizers and data loaders are prepared."""
 
-    def on_fit_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Fit ends (after ``on_train_end``)."""
 
-    def on_sanity_check_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_sanity_check_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """The validation sanity check begins."""
 
-    def on_sanity_check_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_sanity_check_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """The validation sanity check ended."""
 
     # -- training ---------------------------------------------------------------------------------------------
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Training begins (after the sanity check)."""
 
-    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Training ended (the last epoch is done or a stop condition was met)."""
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A training epoch begins."""
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A training epoch ended (after any epoch-end validation; ModelCheckpoint / EarlyStopping run after the
         module's own ``on_train_epoch_end``, other callbacks before it, as in Lightning)."""
 
-    def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                             batch: Any, batch_idx: int) -> None:
         """Before ``training_step``."""
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """After the batch's backward (and optimizer step, on the last micro-batch of an accumulation window).
 
         ``outputs`` is what ``training_step`` returned, with the loss detached.
         """
 
-    def on_before_backward(self, trainer: TrainerView, module: torch.nn.Module, loss: torch.Tensor) -> None:
+    def on_before_backward(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                           loss: torch.Tensor) -> None:
         """Before ``backward(loss)``."""
 
-    def on_after_backward(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_after_backward(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """After ``backward``; gradients may not be synced across processes yet while accumulating."""
 
-    def on_before_optimizer_step(self, trainer: TrainerView, module: torch.nn.Module,
+    def on_before_optimizer_step(self, trainer: TrainerView, pl_module: torch.nn.Module,
                                  optimizer: torch.optim.Optimizer) -> None:
         """Before ``optimizer.step()`` and before gradient clipping (under fp16 the gradients are still scaled)."""
 
-    def on_before_zero_grad(self, trainer: TrainerView, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_zero_grad(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                            optimizer: torch.optim.Optimizer) -> None:
         """After ``training_step`` on an accumulation window's first batch, before ``optimizer.zero_grad()`` and the
         backward (Lightning 2.6's place); ``optimizer`` is the torch optimizer."""
 
     # -- validation / test / predict --------------------------------------------------------------------------
-    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A validation run (or the sanity check) begins; the module is in eval mode."""
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A validation run ended; its epoch metrics are in ``trainer.callback_metrics``."""
 
-    def on_validation_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Before the first validation batch."""
 
-    def on_validation_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """After the last validation batch (module first, then callbacks)."""
 
-    def on_validation_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                                  batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Before ``validation_step``."""
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_validation_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                                outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         """After ``validation_step``."""
 
-    def on_test_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A test run begins."""
 
-    def on_test_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A test run ended."""
 
-    def on_test_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Before the first test batch."""
 
-    def on_test_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """After the last test batch (module first, then callbacks)."""
 
-    def on_test_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                            batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         """Before ``test_step``."""
 
-    def on_test_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                          outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """After ``test_step``."""
 
-    def on_predict_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A predict run begins."""
 
-    def on_predict_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """A predict run ended."""
 
-    def on_predict_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Before the first predict batch."""
 
-    def on_predict_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """After the last predict batch (module first, then callbacks)."""
 
-    def on_predict_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                               batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         """Before ``predict_step``."""
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_predict_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
         """After ``predict_step`` (``outputs`` is this process's prediction, before gathering)."""
 
     # -- errors and checkpoints -------------------------------------------------------------------------------
-    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                     exception: BaseException) -> None:
         """Something raised inside fit / validate / test / predict; the exception propagates afterwards."""
 
-    def on_save_checkpoint(self, trainer: TrainerView, module: torch.nn.Module, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                           checkpoint: dict[str, Any]) -> None:
         """A checkpoint is being written: add entries to ``checkpoint`` (JSON-able values and tensors)."""
 
-    def on_load_checkpoint(self, trainer: TrainerView, module: torch.nn.Module, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                           checkpoint: dict[str, Any]) -> None:
         """A checkpoint was read: ``checkpoint`` holds what ``on_save_checkpoint`` added."""

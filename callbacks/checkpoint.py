@@ -131,6 +131,8 @@ class ModelCheckpoint(Callback):
             raise TypeError(f"ModelCheckpoint(async_save=...) must be True or False. Received: {async_save!r}.")
         self.dirpath = (os.path.abspath(os.path.expanduser(os.fspath(dirpath))) if dirpath is not None else None)
         self._dirpath_given = dirpath is not None
+        given = os.fspath(dirpath) if dirpath is not None else ""
+        self._dirpath_url = given if "://" in str(given) and not str(given).startswith("file://") else ""
         self.filename = filename
         self.monitor = monitor
         self.verbose = verbose
@@ -237,7 +239,11 @@ class ModelCheckpoint(Callback):
         return bool(exists[0])
 
     # -- hooks ------------------------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
+        if self.save_last == "link" and self._dirpath_url:
+            # A symbolic link needs a local folder; Lightning refuses a URL (memory://, s3://) here too (its message).
+            raise ValueError(f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
+                             f"`dirpath={self._dirpath_url}`: pass a local dirpath, or save_last=True for full copies.")
         self._fitting = stage == "fit" and not trainer.fast_dev_run
         self._seen_everything = False
         self._run_dir = os.path.abspath(trainer.accelerator.project_dir or os.getcwd())
@@ -245,13 +251,14 @@ class ModelCheckpoint(Callback):
             self.dirpath = trainer.default_checkpoint_dir
         self._last_checkpoint_saved = ""
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._last_time, self._requested = time.monotonic(), False
 
-    def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                             batch: Any, batch_idx: int) -> None:
         self._validated = False
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
         if not self._fitting or step == self._last_global_step_saved:
@@ -262,11 +269,11 @@ class ModelCheckpoint(Callback):
         if due:
             self._request(trainer, "step")
 
-    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self.monitor is not None:
             self._before_validation = trainer.callback_metrics.get(self.monitor)
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if not self._fitting or trainer.sanity_checking:
             return
         self._validated = self._seen_everything = True
@@ -276,17 +283,18 @@ class ModelCheckpoint(Callback):
         if self._epoch_due(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "validation")
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._seen_everything = True
         if self._fitting and self._epoch_due(trainer) and self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "epoch")
 
-    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # save_last promises a last checkpoint: one at the end when no save point came (e.g. every_n_epochs=0).
         if self._fitting and self.save_last and not self._last_checkpoint_saved:
             self._save_point(trainer, None, trainer.current_epoch, trainer.global_step, top_k=False)
 
-    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                     exception: BaseException) -> None:
         if not (self.save_on_exception and self._fitting and not trainer.sanity_checking and trainer.world_size == 1
                 and trainer.global_step != self._last_global_step_saved):
             return
@@ -296,7 +304,7 @@ class ModelCheckpoint(Callback):
         log.info(f"An {type(exception).__name__} was raised with message: {exception}; saved the module's weights "
                  f"to {path}")
 
-    def on_fit_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self.finish_pending(trainer)
 
     def save_now(self, trainer: TrainerView, reason: str = "interrupt") -> None:
@@ -322,9 +330,12 @@ class ModelCheckpoint(Callback):
         return isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0
 
     def _time_is_up(self, trainer: TrainerView) -> bool:
-        up = [time.monotonic() - self._last_time >= (self._train_time_interval or 0.0)]
+        now = time.monotonic()
+        up = [now - self._last_time >= (self._train_time_interval or 0.0)]
         if trainer.world_size > 1:
             broadcast_object_list(up)  # process 0's clock decides: every process must save together
+        if up[0]:
+            self._last_time = now  # the next interval starts here (as Lightning: one save per interval)
         return bool(up[0])
 
     def _request(self, trainer: TrainerView, kind: str) -> None:

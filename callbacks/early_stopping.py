@@ -105,7 +105,7 @@ class EarlyStopping(Callback):
     def state_key(self) -> str:
         return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
 
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         self._fitting = stage == "fit" and not trainer.fast_dev_run  # as Lightning: no checks in fast_dev_run
         if self.check_on_train_epoch_end is not None:
             self._check_at_epoch_end = self.check_on_train_epoch_end
@@ -114,11 +114,11 @@ class EarlyStopping(Callback):
             once_per_epoch = isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
             self._check_at_epoch_end = once_per_epoch or not trainer.val_dataloaders
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and self._check_at_epoch_end:
             self._check(trainer)
 

@@ -64,16 +64,16 @@ class BaseFinetuning(Callback):
                                   "optimizer).")
 
     # -- hooks ------------------------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
         if stage == "fit":
-            self.freeze_before_training(module)
+            self.freeze_before_training(pl_module)
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
-        names = {id(p): n for n, p in module.named_parameters()}
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: Module) -> None:
+        names = {id(p): n for n, p in pl_module.named_parameters()}
         for index, optimizer in enumerate(trainer.optimizers):
             optimizer = getattr(optimizer, "optimizer", optimizer)  # the user's optimizer, not the engine's wrapper
             before = len(optimizer.param_groups)
-            self.finetune_function(module, trainer.current_epoch, optimizer)
+            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             added = [{"lr": g["lr"], "params": [names.get(id(p), "") for p in g["params"]]}
                      for g in optimizer.param_groups[before:]]
             if added:
@@ -207,12 +207,13 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict.get("previous_backbone_lr")
         super().load_state_dict(state_dict)
 
-    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
-        if stage == "fit" and not isinstance(getattr(module, "backbone", None), Module):
+    def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
+        if stage == "fit" and not isinstance(getattr(pl_module, "backbone", None), Module):
             raise MisconfigurationException(f"BackboneFinetuning needs the module to hold its backbone as "
-                                            f"`self.backbone` (an nn.Module); {type(module).__name__} has none. The "
+                                            f"`self.backbone` (an nn.Module); {type(pl_module).__name__} has none. "
+                                            "The "
                                             "LightningModule should have a nn.Module `backbone` attribute.")
-        super().setup(trainer, module, stage)
+        super().setup(trainer, pl_module, stage)
 
     def freeze_before_training(self, pl_module: Module) -> None:
         self.freeze(pl_module.backbone)

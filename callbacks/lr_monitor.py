@@ -47,7 +47,7 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values: dict[str, float | None] = {}
         self._last_count = -1
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if not trainer.loggers:
             raise MisconfigurationException("Cannot use `LearningRateMonitor` callback with `Trainer` that has no "
                                             "logger: pass Trainer(logger=...) or log_with=..., or remove the callback.")
@@ -61,18 +61,20 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
         self._last_count = -1
 
-    def on_train_batch_start(self, trainer: TrainerView, module: torch.nn.Module, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                             batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
         # Batches that stepped the optimizers so far: optimizer steps, or batches under manual optimisation.
-        count = trainer.global_step if getattr(module, "automatic_optimization", True) else trainer.state.micro_step
+        automatic = getattr(pl_module, "automatic_optimization", True)
+        count = trainer.global_step if automatic else trainer.state.micro_step
         # Before the batch that ends a log_every_n_steps interval (its metrics are logged at its end), once per
         # optimizer step (not again for each accumulated micro-batch).
         if (count + 1) % trainer.log_every_n_steps == 0 and count != self._last_count:
             self._last_count = count
             self._log(trainer, "step" if self.logging_interval is None else "any")
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self.logging_interval != "step":
             self._log(trainer, "epoch" if self.logging_interval is None else "any")
 

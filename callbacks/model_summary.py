@@ -17,9 +17,9 @@ class ModelSummary(Callback):
                              f"{max_depth!r}.")
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if trainer.is_global_zero and self.max_depth != 0:
-            print(summarize(module, self.max_depth))
+            print(summarize(pl_module, self.max_depth))
 
 
 def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:

@@ -39,7 +39,8 @@ class OnExceptionCheckpoint(Callback):
     def ckpt_path(self) -> str:
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                     exception: BaseException) -> None:
         if trainer.world_size == 1:
             trainer.save_checkpoint(self.ckpt_path, weights_only=True)
 

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from callbacks.base import Callback
+from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 from engine.data_dispatch import DataLoaderDispatcher
 from engine.operations import first_samples, sample_count
@@ -49,8 +50,9 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         if write_interval not in WRITE_INTERVALS:
-            raise ValueError(f"BasePredictionWriter(write_interval=...) must be one of {list(WRITE_INTERVALS)}. "
-                             f"Received: {write_interval!r}.")
+            # Lightning's exception and the start of its text ("`write_interval` should be one of [...]").
+            raise MisconfigurationException(f"`write_interval` should be one of {list(WRITE_INTERVALS)}. "
+                                            f"BasePredictionWriter received: {write_interval!r}.")
         self.interval = write_interval
         self._seen: dict[int, list[Any] | None] = {}
         self._predictions: list[list[Any]] = []
@@ -65,7 +67,7 @@ class BasePredictionWriter(Callback):
         return self.interval in ("epoch", "batch_and_epoch")
 
     # -- what subclasses override ------------------------------------------------------------------------------
-    def write_on_batch_end(self, trainer: TrainerView, module: torch.nn.Module, prediction: Any,
+    def write_on_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int) -> None:
         """Write one batch's prediction (``write_interval`` ``"batch"`` / ``"batch_and_epoch"``)."""
@@ -73,7 +75,7 @@ class BasePredictionWriter(Callback):
                                   "batch: override write_on_batch_end(self, trainer, module, prediction, "
                                   "batch_indices, batch, batch_idx, dataloader_idx).")
 
-    def write_on_epoch_end(self, trainer: TrainerView, module: torch.nn.Module, predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Write all of this process's predictions at once (``"epoch"`` / ``"batch_and_epoch"``).
 
@@ -84,26 +86,26 @@ class BasePredictionWriter(Callback):
                                   "override write_on_epoch_end(self, trainer, module, predictions, batch_indices).")
 
     # -- hooks -------------------------------------------------------------------------------------------------
-    def on_predict_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         loaders = list(trainer.predict_dataloaders)
         self._seen = {i: _recorder(loader) for i, loader in enumerate(loaders)}
         self._predictions = [[] for _ in loaders]
         self._epoch_indices = [[] for _ in loaders]
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_predict_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
         indices = self._next_indices(trainer, dataloader_idx, batch_idx)
         outputs, indices = _without_padding(trainer, outputs, indices)
         if self._on_batch:
-            self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
+            self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
         if self._on_epoch:
             self._predictions[dataloader_idx].append(_to_cpu(outputs))
             self._epoch_indices[dataloader_idx].append(list(indices) if indices is not None else [])
 
-    def on_predict_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._on_epoch:
             predictions: Sequence[Any] = self._predictions[0] if len(self._predictions) == 1 else self._predictions
-            self.write_on_epoch_end(trainer, module, predictions, self._epoch_indices)
+            self.write_on_epoch_end(trainer, pl_module, predictions, self._epoch_indices)
         for i, seen in self._seen.items():
             if seen is not None:
                 trainer.predict_dataloaders[i].record_batch_indices(False)

@@ -131,35 +131,36 @@ class ProgressBar(Callback):
         """Draw nothing (from the next run on); the Trainer's ``enable_progress_bar=False`` leaves the bar out."""
         self._enabled = False
 
-    def get_metrics(self, trainer: TrainerView, module: torch.nn.Module) -> dict[str, Any]:
+    def get_metrics(self, trainer: TrainerView, pl_module: torch.nn.Module) -> dict[str, Any]:
         """What the bar shows: the ``prog_bar=True`` metrics as numbers; override to change it. (Lightning adds
         the logger's version as ``v_num``; Ember's bar leaves it out.)"""
         return dict(trainer.progress_bar_metrics)
 
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         self._trainer_ref = weakref.ref(trainer)
-        self._module_ref = weakref.ref(module)
+        self._module_ref = weakref.ref(pl_module)
         self._stream = self._given_stream or sys.stdout
         self._active = trainer.is_global_zero and self.refresh_rate > 0 and self._enabled
         isatty = getattr(self._stream, "isatty", None)
         self._terminal = self._active and callable(isatty) and bool(isatty())
         self._in_fit = stage == "fit"
 
-    def teardown(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         self._close_all()
 
-    def on_exception(self, trainer: TrainerView, module: torch.nn.Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                     exception: BaseException) -> None:
         self._close_all()
 
     # -- training ---------------------------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # From 0, as current_epoch, checkpoint names and resume messages: one numbering everywhere.
         epochs = f"/{trainer.max_epochs - 1}" if trainer.max_epochs is not None else ""
         self._train = self._start(f"Epoch {trainer.current_epoch}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
         self._first_batch = trainer.state.batch_in_epoch  # batches of this epoch done before a resume
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         progress = self._train
         if progress is not None and progress.bar is None:
@@ -167,7 +168,7 @@ class ProgressBar(Callback):
         else:
             self._advance(progress, trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         progress, self._train = self._train, None
         if progress is not None:
             if progress.bar is None:
@@ -175,36 +176,39 @@ class ProgressBar(Callback):
             self._finish(progress, trainer, f"{progress.count} batches, step {trainer.global_step}", metrics=True)
 
     # -- evaluation -------------------------------------------------------------------------------------------
-    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         sanity = trainer.sanity_checking
         self._start_eval("Sanity check" if sanity else "Validation",
                          trainer.num_sanity_val_batches if sanity else trainer.num_val_batches)
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_validation_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                                outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=True)
 
-    def on_test_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._start_eval("Test", trainer.num_test_batches)
 
-    def on_test_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                          outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_test_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=True)
 
-    def on_predict_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._start_eval("Predict", trainer.num_predict_batches)
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module,
+                             outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._advance(self._eval, trainer)
 
-    def on_predict_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_predict_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._finish_eval(trainer, metrics=False)
 
     # -- drawing ----------------------------------------------------------------------------------------------

@@ -39,11 +39,11 @@ class ThroughputMonitor(Callback):
         self._last_step = 0
         self._validation_started = 0.0
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._reset(trainer)
         self._validation_started = 0.0  # the sanity check ran before training started
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if isinstance(outputs, dict) and "tokens" in outputs:
             self._tokens = self._tokens + outputs["tokens"]  # stays a tensor: no device sync per step
@@ -62,10 +62,10 @@ class ThroughputMonitor(Callback):
         trainer.log_metrics(values)
         self._reset(trainer)
 
-    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._validation_started = time.perf_counter()
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._validation_started:
             self._paused += time.perf_counter() - self._validation_started
             self._validation_started = 0.0

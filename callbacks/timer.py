@@ -108,34 +108,34 @@ class Timer(Callback):
     def _ended(self, stage: str) -> None:
         self._end[stage] = time.monotonic()
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._started("train")
 
-    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._ended("train")
 
-    def on_validation_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._started("validate")
 
-    def on_validation_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._ended("validate")
 
-    def on_test_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._started("test")
 
-    def on_test_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._ended("test")
 
-    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._duration is not None:  # after a resume the saved time may already be spent
             self._check(trainer)
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._interval == "epoch" and self._duration is not None:
             self._check(trainer)
 

@@ -75,32 +75,32 @@ class WeightAveraging(Callback):
         return step_idx is not None
 
     # -- building --------------------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         if stage == "fit" and str(getattr(trainer.accelerator, "distributed_type", "")).endswith("FSDP"):
             raise ValueError(f"{type(self).__name__} keeps a full copy of the module and does not support FSDP "
                              "(sharded parameters): use DDP or one process.")
 
-    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # Built here, after configure_model and the wrapping, so every layer exists; a restored state waits for it.
         if self._average_model is None:
-            self._average_model = AveragedModel(module, device=self._device or _device_of(module),
+            self._average_model = AveragedModel(pl_module, device=self._device or _device_of(pl_module),
                                                 use_buffers=self._use_buffers, **self._kwargs)
         if self._pending is not None:
             self._average_model.load_state_dict(self._pending)
             self._pending = None
 
     # -- updates -----------------------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
         if step > self._latest_update_step and self.should_update(step_idx=step - 1):
-            self._update(module)
+            self._update(pl_module)
             self._latest_update_step = step
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         epoch = trainer.current_epoch
         if epoch > self._latest_update_epoch and self.should_update(epoch_idx=epoch):
-            self._update(module)
+            self._update(pl_module)
             self._latest_update_epoch = epoch
 
     def _update(self, module: torch.nn.Module) -> None:
@@ -111,17 +111,17 @@ class WeightAveraging(Callback):
         return self._average_model is not None
 
     # -- validation and the end of fit on the averaged weights -----------------------------------------------
-    def on_validation_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._swap(module)
+            self._swap(pl_module)
 
-    def on_validation_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._swap(module)
+            self._swap(pl_module)
 
-    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._copy_average_to(module)
+            self._copy_average_to(pl_module)
 
     def _pairs(self, module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
         assert self._average_model is not None
@@ -263,8 +263,8 @@ class StochasticWeightAveraging(WeightAveraging):
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return epoch_idx is not None and epoch_idx >= self.swa_start
 
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, stage: str) -> None:
-        super().setup(trainer, module, stage)
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         if stage != "fit":
             return
         max_epochs = trainer.max_epochs
@@ -279,14 +279,14 @@ class StochasticWeightAveraging(WeightAveraging):
                              f"epoch (Trainer(max_epochs={max_epochs})), so nothing would be averaged: use "
                              f"swa_epoch_start <= {max_epochs} or raise max_epochs.")
 
-    def on_fit_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if len(trainer.optimizers) != 1:
             raise ValueError(f"StochasticWeightAveraging works with exactly one optimizer; configure_optimizers "
                              f"returned {len(trainer.optimizers)}.")
-        super().on_fit_start(trainer, module)
+        super().on_fit_start(trainer, pl_module)
 
     # -- the SWA learning rate -------------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._swa_scheduler is not None or trainer.current_epoch < self.swa_start:
             return
         optimizer = trainer.optimizers[0]
@@ -302,15 +302,15 @@ class StochasticWeightAveraging(WeightAveraging):
         self._lrs = list(self._swa_scheduler.get_last_lr())
         self._apply_lrs(optimizer)
 
-    def on_before_optimizer_step(self, trainer: TrainerView, module: torch.nn.Module,
+    def on_before_optimizer_step(self, trainer: TrainerView, pl_module: torch.nn.Module,
                                  optimizer: torch.optim.Optimizer) -> None:
         # SWALR owns the learning rate during SWA (Lightning swaps the module's scheduler out): whatever another
         # scheduler set since, the step uses SWALR's value.
         if self._lrs is not None:
             self._apply_lrs(optimizer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
-        super().on_train_epoch_end(trainer, module)  # the average first, as in the recipe
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
+        super().on_train_epoch_end(trainer, pl_module)  # the average first, as in the recipe
         if self._swa_scheduler is not None:
             optimizer = trainer.optimizers[0]
             self._apply_lrs(optimizer)  # SWALR anneals from the value it set, not from another scheduler's
@@ -327,14 +327,14 @@ class StochasticWeightAveraging(WeightAveraging):
         # Before the first SWA epoch ends there is nothing averaged: validate and keep the trained weights.
         return self._average_model is not None and int(self._average_model.n_averaged) > 0
 
-    def on_train_end(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if not self._has_average():
             return
-        self._copy_average_to(module)
-        if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+        self._copy_average_to(pl_module)
+        if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
             loader = trainer.train_dataloader
             assert loader is not None
-            update_bn(loader, module)
+            update_bn(loader, pl_module)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

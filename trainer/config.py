@@ -72,7 +72,7 @@ class TrainerConfig:
     max_time: Any = None  # resolved to seconds (float)
     accumulate_grad_batches: int | None = None  # resolved to an int >= 1
     gradient_clip_val: float | None = None
-    gradient_clip_algorithm: str = "norm"
+    gradient_clip_algorithm: str | None = None  # None: by norm; kept None (Lightning's trainer attribute)
     mixed_precision: str | None = None  # resolved to the engine's value ("no" / "fp16" / "bf16") from either
     precision: str | int | None = None  # ... this one (Lightning's "16-mixed", "bf16-mixed", "32"...), as given
     val_check_interval: float | None = 1.0
@@ -143,7 +143,7 @@ class TrainerConfig:
             raise MisconfigurationException(
                 f"Trainer(check_val_every_n_epoch=None, val_check_interval={interval!r}): `val_check_interval` should be "
                 "an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, or dict kwargs for "
-                "timedelta) when `check_val_every_n_epoch=None`: it then counts training batches (or time) across "
+                "timedelta) when `check_val_every_n_epoch=None`. It then counts training batches (or time) across "
                 "epochs.")
         code = self.preemption_exit_code
         if not checks.is_int(code) or not 0 <= code <= 255:
@@ -167,8 +167,10 @@ class TrainerConfig:
             accumulate_grad_batches=checks.check_count("accumulate_grad_batches", self.accumulate_grad_batches,
                                                        1) or 1,
             gradient_clip_val=clip or None,
-            gradient_clip_algorithm=checks.check_choice("gradient_clip_algorithm", self.gradient_clip_algorithm or
-                                                        "norm", ("norm", "value")),
+            # Not given stays None, as Lightning's trainer.gradient_clip_algorithm: clipping is then by norm, and
+            # TrainModule.clip_gradients accepts any algorithm (a given one must match, as in Lightning).
+            gradient_clip_algorithm=None if self.gradient_clip_algorithm is None else checks.check_choice(
+                "gradient_clip_algorithm", self.gradient_clip_algorithm, ("norm", "value")),
             mixed_precision=checks.parse_precision(self.mixed_precision, self.precision),
             param_dtype=checks.true_precision(self.precision), val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from callbacks.exceptions import MisconfigurationException
 from engine.operations import recursively_apply
 from trainer.checkpoint.loading import load_module
 from trainer.data_hooks import DataHooks
@@ -296,10 +297,20 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         self.trainer.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Freeze every parameter that ``optimizer`` does not own (until ``untoggle_optimizer``), e.g. for GANs."""
+        """Freeze the parameters of the trainer's other optimizers (until ``untoggle_optimizer``), e.g. for GANs.
+
+        As Lightning: a parameter no optimizer holds keeps its ``requires_grad``. Outside a trainer (no optimizers
+        known), every parameter ``optimizer`` does not hold is frozen.
+        """
         owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        saved = {}
-        for param in self.parameters():
+        trainer = self._attached_trainer()
+        others = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
+        params = ([p for opt in others for group in opt.param_groups for p in group["params"]] if others
+                  else list(self.parameters()))
+        saved: dict[torch.Tensor, bool] = {}
+        for param in params:
+            if param in saved:
+                continue
             saved[param] = param.requires_grad
             if id(param) not in owned:
                 param.requires_grad = False
@@ -313,7 +324,15 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     def clip_gradients(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
-        """Clip the gradients of ``optimizer``'s parameters through the engine (``"norm"`` default, or ``"value"``)."""
+        """Clip the gradients of ``optimizer``'s parameters through the engine (``"norm"`` default, or ``"value"``).
+
+        As Lightning: a value or algorithm not given is the trainer's (``Trainer(gradient_clip_val=...,
+        gradient_clip_algorithm=...)``), and one given that differs from the trainer's is an error.
+        """
+        config = getattr(self._attached_trainer(), "config", None)
+        if config is not None:
+            gradient_clip_val, gradient_clip_algorithm = _clip_settings(config, gradient_clip_val,
+                                                                        gradient_clip_algorithm)
         clip_gradients(self.accelerator, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
@@ -492,3 +511,22 @@ def step_function(module: TrainModule, name: str, given: int = 3) -> Callable[..
         return fn(*args[:taken])
 
     return call
+
+
+def _clip_settings(config: Any, value: float | None, algorithm: str | None) -> tuple[float | None, str | None]:
+    """``clip_gradients``' value and algorithm with the trainer's ``config`` (Lightning's checks and messages)."""
+    if value is None:
+        value = config.gradient_clip_val
+    elif config.gradient_clip_val is not None and config.gradient_clip_val != value:
+        raise MisconfigurationException(f"You have set `Trainer(gradient_clip_val={config.gradient_clip_val!r})` and "
+                                        f"have passed `clip_gradients(gradient_clip_val={value!r})`. Please use only "
+                                        "one of them.")
+    if algorithm is None:
+        algorithm = config.gradient_clip_algorithm
+    else:
+        algorithm = algorithm.lower()
+        if config.gradient_clip_algorithm is not None and config.gradient_clip_algorithm != algorithm:
+            raise MisconfigurationException(
+                f"You have set `Trainer(gradient_clip_algorithm={config.gradient_clip_algorithm!r})` and have passed "
+                f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them.")
+    return value, algorithm

@@ -186,9 +186,10 @@ class Trainer:
         check_trainable(module, config.accumulate_grad_batches, config.gradient_clip_val, config.on_nonfinite_loss)
         resume = self.checkpointer.resolve(ckpt_path, "fit")
         if config.max_epochs_defaulted and self.accelerator.is_main_process:
-            warnings.warn(f"Neither max_epochs nor max_steps (nor max_time) was set: training stops after "
-                          f"{checks.DEFAULT_MAX_EPOCHS} epochs. Pass max_epochs=N or max_steps=N (max_epochs=-1 "
-                          "trains until stopped).", UserWarning, stacklevel=2)
+            # Lightning's category and text (a test may filter on either), then the other way to set a limit.
+            warnings.warn(f"`max_epochs` was not set. Setting it to {checks.DEFAULT_MAX_EPOCHS} epochs. To train "
+                          "without an epoch limit, set `max_epochs=-1`. (Or pass max_epochs=N, max_steps=N or "
+                          "max_time.)", PossibleUserWarning, stacklevel=2)
         anomaly = torch.autograd.set_detect_anomaly(True) if config.detect_anomaly else contextlib.nullcontext()
         interrupt = one_line_interrupt(self.state, self.checkpointer.newest, self.accelerator.is_main_process)
         with interrupt, self._run("fit", module, datamodule) as hooks, self.stop.preemption, anomaly:
@@ -255,6 +256,8 @@ class Trainer:
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs
+                if self.config.fast_dev_run:  # as Lightning: every step's metrics are logged in a fast_dev_run
+                    every = 1
                 loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):

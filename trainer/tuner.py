@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,7 +77,7 @@ class Tuner:
     def lr_find(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
                 datamodule: DataModule | None = None, min_lr: float = 1e-8, max_lr: float = 1.0,
                 num_training: int = 100, mode: str = "exponential", early_stop_threshold: float | None = 4.0,
-                update_attr: bool = True, attr_name: str = "") -> LRFinder:
+                update_attr: bool = True, attr_name: str = "") -> LRFinder | None:
         """Sweep the learning rate from ``min_lr`` to ``max_lr`` over ``num_training`` optimizer steps.
 
         Returns the ``LRFinder`` (``results``, ``suggestion()``, ``plot(path)``). With ``update_attr`` the
@@ -96,6 +97,8 @@ class Tuner:
         if early_stop_threshold is not None and not early_stop_threshold > 1:
             raise ValueError("lr_find(early_stop_threshold=...) must be a number > 1 or None. Received: "
                              f"{early_stop_threshold!r}.")
+        if self._skipped_on_fast_dev_run("learning rate finder"):
+            return None
         targets = self._lr_targets(module, datamodule, attr_name) if update_attr else []
         finder = LRFinder(float(min_lr), float(max_lr), num_training, mode)
         with self._restored(module):
@@ -107,6 +110,15 @@ class Tuner:
                 _assign(owner, name, suggestion)
             self.trainer.accelerator.print(f"Learning rate set to {suggestion:.6g}")
         return finder
+
+    def _skipped_on_fast_dev_run(self, search: str) -> bool:
+        """Lightning skips both searches under ``fast_dev_run`` (a smoke test, not a tuning run), with its warning;
+        the search then returns None."""
+        if not self.trainer.config.fast_dev_run:
+            return False
+        if self.trainer.accelerator.is_main_process:
+            warnings.warn(f"Skipping {search} since `fast_dev_run` is enabled.", UserWarning, stacklevel=3)
+        return True
 
     @staticmethod
     def _lr_targets(module: TrainModule, datamodule: DataModule | None, attr_name: str) -> list[tuple[Any, str]]:
@@ -128,7 +140,7 @@ class Tuner:
     def scale_batch_size(self, module: TrainModule, train_dataloaders: Any = None,
                          datamodule: DataModule | None = None, mode: str = "power", steps_per_trial: int = 3,
                          init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size",
-                         max_val: int | None = None) -> int:
+                         max_val: int | None = None) -> int | None:
         """The largest batch size that trains, found by doubling (``"power"``) and then, with ``"binsearch"``,
         bisecting between the last size that fit and the first that did not; written to ``batch_arg_name``.
 
@@ -150,6 +162,8 @@ class Tuner:
         if self.trainer.accelerator.num_processes > 1:
             raise RuntimeError("scale_batch_size runs in one process (an out-of-memory trial on one rank would end "
                                "the others): find the size on one device, then launch with it.")
+        if self._skipped_on_fast_dev_run("batch size scaler"):
+            return None
         owner = self._batch_owner(module, datamodule, batch_arg_name)
         with self._restored(module):
             size = self._search_batch_size(module, datamodule, owner, batch_arg_name, mode, steps_per_trial,

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import BasePredictionWriter
+from callbacks.exceptions import MisconfigurationException
 from tests.trainer.helpers import QUIET, Regressor
 from trainer import Trainer
 
@@ -89,7 +90,9 @@ def test_shuffled_loader_indices_match_the_samples(tmp_path: Any) -> None:
 
 
 def test_missing_override_and_bad_interval_are_clear() -> None:
-    with pytest.raises(ValueError, match=r"write_interval.*'batch', 'epoch', 'batch_and_epoch'.*'step'"):
+    # Lightning 2.6: MisconfigurationException (a ValueError here), text "`write_interval` should be one of [...]".
+    with pytest.raises(MisconfigurationException, match=r"`write_interval` should be one of \['batch', 'epoch', "
+                                                        r"'batch_and_epoch'\].*'step'"):
         BasePredictionWriter("step")
     with pytest.raises(NotImplementedError, match="override write_on_batch_end"):
         Trainer(**QUIET, callbacks=[BasePredictionWriter()]).predict(Doubler(), indexed(4, 2))

@@ -202,3 +202,14 @@ def test_scale_batch_size_stops_at_the_configured_limit_and_on_a_data_module() -
 def test_out_of_memory_is_recognised() -> None:
     assert is_out_of_memory(MemoryError()) and is_out_of_memory(RuntimeError("CUDA out of memory. Tried ..."))
     assert not is_out_of_memory(RuntimeError("shape mismatch")) and not is_out_of_memory(ValueError("x"))
+
+
+def test_searches_are_skipped_under_fast_dev_run() -> None:
+    # Lightning 2.6 (test_skip_on_fast_dev_run_tuner): both searches warn and return None, the module untouched.
+    module = Model(lr=0.1, batch_size=8)
+    tuner = Tuner(Trainer(**QUIET, fast_dev_run=True))
+    with pytest.warns(UserWarning, match="Skipping learning rate finder since `fast_dev_run` is enabled."):
+        assert tuner.lr_find(module) is None
+    with pytest.warns(UserWarning, match="Skipping batch size scaler since `fast_dev_run` is enabled."):
+        assert tuner.scale_batch_size(module) is None
+    assert (module.lr, module.batch_size) == (0.1, 8)

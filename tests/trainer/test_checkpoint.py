@@ -142,3 +142,27 @@ def test_filename_templates() -> None:
     plain = ModelCheckpoint(dirpath="/ckpt", filename="{epoch}-{step}", auto_insert_metric_name=False)
     assert plain.format_checkpoint_name({"epoch": 1, "step": 7}) == "/ckpt/1-7.ckpt"
     assert plain.format_checkpoint_name({"epoch": 1}, filename="last", prefix="exception") == "/ckpt/exception-last.ckpt"
+
+
+def test_train_time_interval_saves_once_per_interval(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As Lightning 2.6 (test_model_checkpoint_train_time_interval): each save starts the next interval. A clock
+    # that advances 7 s per read (one read at train start, one per batch): 32 batches, a save every 63 s.
+    import datetime
+    import types
+
+    import callbacks.checkpoint as checkpoint_module
+
+    reads = iter(range(1000))
+    monkeypatch.setattr(checkpoint_module, "time", types.SimpleNamespace(monotonic=lambda: 7.0 * next(reads)))
+    callback = ModelCheckpoint(dirpath=str(tmp_path), filename="{epoch}-{step}",
+                               train_time_interval=datetime.timedelta(minutes=1), save_top_k=-1)
+    Trainer(**QUIET, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=64, batch_size=4))
+    assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=9.ckpt", "epoch=1-step=18.ckpt", "epoch=1-step=27.ckpt"]
+
+
+def test_save_last_link_needs_a_local_dirpath() -> None:
+    # Lightning 2.6 (test_model_checkpoint_save_last_as_link_not_local): a URL dirpath with save_last="link"
+    # raises its ValueError at setup (a symbolic link needs a local folder).
+    callback = ModelCheckpoint(dirpath="memory://not-a-filesystem-path", save_last="link")
+    with pytest.raises(ValueError, match="save_last='link'.* is only supported for local file paths"):
+        callback.setup(trainer=Trainer(**QUIET), pl_module=Regressor(), stage="fit")

@@ -9,6 +9,7 @@ import torch
 
 from callbacks import ProgressBar
 from callbacks.exceptions import MisconfigurationException
+from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
 from tests.trainer.helpers import QUIET, Recorder, Regressor, data, fit
 from trainer import Trainer, TrainModule
@@ -30,7 +31,9 @@ def test_training_step_must_return_a_loss(returned: Any, error: type[Exception],
 
 
 def test_max_epochs_and_max_steps() -> None:
-    with pytest.warns(UserWarning, match="training stops after 1000 epochs. Pass max_epochs=N or max_steps=N"):
+    # Lightning 2.6's category and text.
+    with pytest.warns(PossibleUserWarning, match=r"`max_epochs` was not set. Setting it to 1000 epochs. To train "
+                                                 r"without an epoch limit, set `max_epochs=-1`."):
         Trainer(**QUIET).fit(StopAtOnce(), data(n=4))
     assert Trainer(**QUIET).max_epochs == 1000
     assert Trainer(**QUIET, max_time={"hours": 1}).max_epochs is None  # a time limit replaces the default
@@ -53,7 +56,9 @@ def test_val_check_interval_larger_than_the_epoch() -> None:
     with pytest.raises(ValueError, match=r"must be an int >= 1 .*, a float in \(0.0, 1.0\].*Received: 1.5"):
         Trainer(**QUIET, val_check_interval=1.5)
     with pytest.raises(MisconfigurationException, match=r"val_check_interval=0.5\): `val_check_interval` should be an "
-                                                        r"integer or a time-based duration"):
+                                                        r"integer or a time-based duration \(str 'DD:HH:MM:SS', "
+                                                        r"datetime.timedelta, or dict kwargs for timedelta\) when "
+                                                        r"`check_val_every_n_epoch=None`\."):  # Lightning's sentence
         Trainer(**QUIET, check_val_every_n_epoch=None, val_check_interval=0.5)
 
 

@@ -201,3 +201,16 @@ def test_evaluation_step_values_stay_out_of_callback_metrics() -> None:
     mine = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.startswith("train/")}
     assert mine == {"b": 0.5, "b_epoch": 0.5}
     assert sorted(trainer.progress_bar_metrics) == ["b_epoch", "b_step", "s"]
+
+
+def test_fast_dev_run_logs_every_step() -> None:
+    # As Lightning 2.6 (test_different_batch_types_for_sizing): a fast_dev_run logs each step's metrics, whatever
+    # log_every_n_steps says, so trainer.logged_metrics holds the `_step` values too.
+    class Logs(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("a", 2.0, on_step=True, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(**QUIET, fast_dev_run=True)
+    trainer.fit(Logs(), data())
+    assert {"a_step", "a_epoch"} <= set(trainer.logged_metrics)

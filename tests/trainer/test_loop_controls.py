@@ -152,10 +152,18 @@ class SeenIndices(Regressor):
 def test_overfit_batches_repeats_the_same_unshuffled_batches() -> None:
     module = SeenIndices()
     shuffled = DataLoader(indexed(20, 4).dataset, batch_size=4, shuffle=True)
-    with pytest.warns(UserWarning, match="turning off shuffling"):
+    lightning_warning = "You requested to overfit but enabled train dataloader shuffling"  # Lightning 2.6's text
+    with pytest.warns(UserWarning, match=lightning_warning):
         fit(module, shuffled, indexed(20, 4), max_epochs=2, overfit_batches=2)
     assert module.train_seen == [[0, 1, 2, 3], [4, 5, 6, 7]] * 2
     assert module.val_seen == list(range(8)) * 2
+    # As Lightning (test_overfit_batches_raises_warning_in_case_of_sequential_sampler): any sampler but a
+    # sequential one is replaced, a custom one too.
+    module, dataset = SeenIndices(), indexed(20, 4).dataset
+    backwards = DataLoader(dataset, batch_size=4, sampler=list(reversed(range(20))))
+    with pytest.warns(UserWarning, match=lightning_warning):
+        fit(module, backwards, indexed(20, 4), max_epochs=1, overfit_batches=1)
+    assert module.train_seen == [[0, 1, 2, 3]]
 
 
 def test_the_last_batch_of_a_limited_epoch_steps_with_accumulation() -> None:

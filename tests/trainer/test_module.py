@@ -100,6 +100,37 @@ def test_toggle_optimizer_freezes_the_other_parameters() -> None:
     assert extra.weight.requires_grad
 
 
+def test_toggle_optimizer_in_a_trainer_freezes_only_the_other_optimizers_parameters() -> None:
+    # As Lightning 2.6 (test_toggle_untoggle_2_optimizers_no_shared_parameters): the parameters of the trainer's
+    # other optimizers are frozen; one no optimizer holds (`head` here) keeps requires_grad, so the loss has a graph.
+    seen: list[tuple[bool, bool, bool]] = []
+
+    class TwoOptimizers(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.other = torch.nn.Linear(3, 1)
+            self.head = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            first, _second = self.optimizers()
+            self.toggle_optimizer(first)
+            seen.append((self.net.weight.requires_grad, self.other.weight.requires_grad,
+                         self.head.weight.requires_grad))
+            loss = torch.nn.functional.mse_loss(self.head(self.net(batch[0]) + self.other(batch[0])), batch[1])
+            self.manual_backward(loss)
+            first.step()
+            first.zero_grad()
+            self.untoggle_optimizer(first)
+            assert self.other.weight.requires_grad
+
+        def configure_optimizers(self) -> Any:
+            return [torch.optim.SGD(self.net.parameters(), lr=0.1), torch.optim.SGD(self.other.parameters(), lr=0.1)]
+
+    fit(TwoOptimizers(), data(n=8), max_epochs=1)
+    assert seen == [(True, False, True)] * 2
+
+
 class Numbers(DataModule):
     def __init__(self, n: int = 12) -> None:
         super().__init__()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -217,3 +217,34 @@ def test_epoch_schedulers_step_only_after_a_whole_epoch() -> None:
     assert cut.global_step == 3 and _lr(cut) == 1.0
     whole = fit(_module_returning(halving), data(n=16, batch_size=4), max_steps=4)
     assert whole.global_step == 4 and _lr(whole) == 0.5
+
+
+def test_clip_gradients_takes_the_trainers_settings_and_refuses_others() -> None:
+    # Lightning 2.6 (test_lightning_module_configure_gradient_clipping_different_argument_values): a value or
+    # algorithm given to clip_gradients that differs from the Trainer's raises; not given, it is the Trainer's.
+    class Own(Regressor):
+        clip: ClassVar[dict[str, Any]] = {}
+
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                        gradient_clip_algorithm: Any = None) -> None:
+            self.clip_gradients(optimizer, **self.clip)
+
+    Own.clip = {"gradient_clip_val": 1e-2}
+    with pytest.raises(MisconfigurationException, match=r"gradient_clip_val=0.0001\)` and have passed "
+                                                        r"`clip_gradients\(gradient_clip_val=0.01"):
+        fit(Own(), data(n=4, batch_size=4), max_epochs=1, gradient_clip_val=1e-4)
+    Own.clip = {"gradient_clip_algorithm": "foo"}
+    with pytest.raises(MisconfigurationException, match=r"gradient_clip_algorithm='norm'\)` and have passed "
+                                                        r"`clip_gradients\(gradient_clip_algorithm='foo'"):
+        fit(Own(), data(n=4, batch_size=4), max_epochs=1, gradient_clip_algorithm="norm")
+    assert Trainer(log_with=None).gradient_clip_algorithm is None  # not given: None, as Lightning's attribute
+    seen: list[float] = []
+
+    class Watched(Regressor):  # nothing given to clip_gradients: the Trainer's value clips
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                        gradient_clip_algorithm: Any = None) -> None:
+            self.clip_gradients(optimizer)
+            seen.append(float(torch.cat([p.grad.flatten() for p in self.parameters()]).norm()))
+
+    fit(Watched(), data(n=4, batch_size=4), max_epochs=1, gradient_clip_val=0.5)
+    assert seen and max(seen) <= 0.5 + 1e-6

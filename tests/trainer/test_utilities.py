@@ -154,9 +154,9 @@ def test_manual_optimizers_are_lightning_optimizers_with_toggle_model() -> None:
             self.other = torch.nn.Linear(1, 1)
 
         def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            opt = self.optimizers()
+            opt = self.optimizers()[0]
             assert isinstance(opt, LightningOptimizer)
-            with opt.toggle_model():
+            with opt.toggle_model():  # freezes the other optimizer's parameters (Lightning's toggle_optimizer)
                 self.frozen = self.other.weight.requires_grad
                 x, y = batch
                 self.manual_backward(torch.nn.functional.mse_loss(self.net(x), y))
@@ -165,7 +165,7 @@ def test_manual_optimizers_are_lightning_optimizers_with_toggle_model() -> None:
             self.restored = self.other.weight.requires_grad
 
         def configure_optimizers(self):  # type: ignore[no-untyped-def]
-            return torch.optim.SGD(self.net.parameters(), lr=0.1)
+            return [torch.optim.SGD(self.net.parameters(), lr=0.1), torch.optim.SGD(self.other.parameters(), lr=0.1)]
 
     module = Manual()
     Trainer(**QUIET, max_epochs=1, limit_train_batches=1).fit(module, data())

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
@@ -77,14 +77,16 @@ def limit_batches(length: int | None, limit: float, name: str) -> int | None:
 
 def without_shuffle(loader: DataLoader) -> DataLoader:
     """The same loader with a sequential sampler (``overfit_batches`` must see the same batches every epoch)."""
-    if not isinstance(loader.sampler, RandomSampler):
+    # As Lightning: any sampler but a sequential one (a RandomSampler, a custom Sampler) is replaced.
+    if isinstance(loader.sampler, SequentialSampler) or not isinstance(loader, DataLoader):
         return loader
     if loader.batch_size is None:
         warnings.warn("overfit_batches: the training loader shuffles through a custom batch sampler, which cannot be "
                       "switched off here; the overfitted batches will change between epochs.", stacklevel=3)
         return loader
-    warnings.warn("overfit_batches: turning off shuffling of the training loader so every epoch sees the same "
-                  "batches.", stacklevel=3)
+    # Lightning's text, then why.
+    warnings.warn("You requested to overfit but enabled train dataloader shuffling. We are turning off the train "
+                  "dataloader shuffling for you (overfit_batches: every epoch sees the same batches).", stacklevel=3)
     extra = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
     return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=SequentialSampler(loader.dataset),
                       num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,

@@ -113,7 +113,7 @@ class RunPlan:
             backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
                                        micro_batch_size=getattr(train[0], "batch_size", None),
                                        clip_value=config.gradient_clip_val,
-                                       clip_algorithm=config.gradient_clip_algorithm)
+                                       clip_algorithm=config.gradient_clip_algorithm or "norm")
             prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
                                                                                          configs)],
                                           param_dtype=config.param_dtype)

@@ -105,7 +105,7 @@ class LRSweep(Callback):
         self._average = 0.0
         self._best = math.inf
 
-    def on_train_start(self, trainer: TrainerView, module: torch.nn.Module) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         optimizers = trainer.optimizers
         if len(optimizers) != 1:
             raise MisconfigurationException(f"`model.configure_optimizers()` returned {len(optimizers)}, but learning "
@@ -114,13 +114,13 @@ class LRSweep(Callback):
         # swaps them for its sweep), so a plateau scheduler waiting for a validation metric does not fail.
         trainer.schedulers = SchedulerStepper([], lambda scheduler, metric: None, trainer.metric_logger)
 
-    def on_before_optimizer_step(self, trainer: TrainerView, module: torch.nn.Module,
+    def on_before_optimizer_step(self, trainer: TrainerView, pl_module: torch.nn.Module,
                                  optimizer: torch.optim.Optimizer) -> None:
         lr = self.finder.lr_at(trainer.global_step)
         for group in optimizer.param_groups:  # over any scheduler of the module: the sweep owns the rate
             group["lr"] = lr
 
-    def on_train_batch_end(self, trainer: TrainerView, module: torch.nn.Module, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step  # optimizer steps done, this one included
         if step == len(self.finder.results["lr"]):

@@ -172,7 +172,26 @@ class ShimModule(types.ModuleType):
         binding = isinstance(value, types.ModuleType) or (name.startswith("__") and name.endswith("__"))
         if self._shim_internal and not binding:  # the import system binds submodules and dunders: let it  # mock.patch("lightning.pytorch.loops...") patches Lightning's machinery
             raise _internal_error(f"{self.__name__}.{name}")
+        if not binding:
+            # A name of the Ember counterpart (the first source) is set there, so that mock.patch(
+            # "lightning.pytorch.callbacks.timer.time") changes what Ember's Timer reads; its undo comes back here.
+            forwarded = self.__dict__.setdefault("_shim_forwarded", {})
+            owner = forwarded[name][0] if name in forwarded else next(
+                (m for m in _sources(self._shim_sources)[:1] if hasattr(m, name)), None)
+            if owner is not None:
+                forwarded.setdefault(name, (owner, getattr(owner, name)))
+                setattr(owner, name, value)
+                return
         super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        # mock.patch's undo of a forwarded name: the counterpart gets its own value back.
+        forwarded = self.__dict__.get("_shim_forwarded", {})
+        if name in forwarded:
+            owner, original = forwarded.pop(name)
+            setattr(owner, name, original)
+            return
+        super().__delattr__(name)
 
     def __dir__(self) -> list[str]:
         names: set[str] = set()
