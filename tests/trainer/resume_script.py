@@ -14,6 +14,7 @@ E`` make rank 0 write ``{dir}/ready`` and freeze at that point, for the test to 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import glob
 import os
 import signal
@@ -109,6 +110,9 @@ def main() -> None:
     parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard too")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
+    # SIGUSR1 prints every thread's stack to stderr, here and in the loader workers forked from here (the handler
+    # is inherited): what `launch` asks for before it gives up on a run that stopped making progress.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Under torchrun every rank runs in its own session: the test kills each one's group by this pid.
     with open(os.path.join(args.dir, f"pid_{os.environ.get('RANK', '0')}"), "w") as handle:
         handle.write(str(os.getpid()))
@@ -177,6 +181,16 @@ def launch(directory: str, *args: str, nproc: int = 1, timeout: float = 120.0) -
                 pass
         process.wait()
 
+    def dump_stacks() -> None:
+        for name in glob.glob(os.path.join(directory, "pid_*")):
+            with open(name) as handle:
+                group = int(handle.read())
+            try:  # the rank and its loader workers (same process group), each prints its threads' stacks
+                os.killpg(group, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(2.0)
+
     deadline = time.monotonic() + timeout
     try:
         while process.poll() is None:
@@ -184,7 +198,9 @@ def launch(directory: str, *args: str, nproc: int = 1, timeout: float = 120.0) -
                 kill_all()
                 return "killed"
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{command} did not finish within {timeout} s")
+                dump_stacks()
+                raise TimeoutError(f"{command} did not finish within {timeout} s (the stacks of every rank and "
+                                   "loader worker are in the captured stderr)")
             time.sleep(0.02)
         return process.returncode
     finally:
