@@ -112,7 +112,7 @@ class RNGSnapshots:
     def __init__(self, cuda: bool = False) -> None:
         self.cuda = cuda
         self._python: Any = random.getstate()
-        self._python_at: int | None = None
+        self._python_view: Any = None  # a ctypes char array over the words (its .raw: one C-level copy, ~0.3 us)
         self._python_words = b""
         self._python_owner = random.getstate.__self__  # the object the module-level functions draw from
         if sys.implementation.name == "cpython" and type(self._python_owner).__basicsize__ >= \
@@ -122,34 +122,34 @@ class RNGSnapshots:
             _, key, _ = self._python
             if int.from_bytes(words[:4], "little", signed=True) == key[-1] and \
                     words[4:] == struct.pack("<624I", *key[:-1]):
-                self._python_at, self._python_words = at, words
+                self._python_view, self._python_words = (ctypes.c_char * self._MT_BYTES).from_address(at), words
         self._numpy: Any = np.random.get_state()
-        self._numpy_at: int | None = None
+        self._numpy_view: Any = None
         self._numpy_words = b""
         at = getattr(getattr(np.random.mtrand._rand._bit_generator, "ctypes", None), "state_address", None)
         if self._numpy[0] == "MT19937" and isinstance(at, int):
             words = ctypes.string_at(at, self._MT_BYTES)
             if words[:-4] == self._numpy[1].astype("<u4").tobytes() and \
                     int.from_bytes(words[-4:], "little") == self._numpy[2]:
-                self._numpy_at, self._numpy_words = at, words
+                self._numpy_view, self._numpy_words = (ctypes.c_char * self._MT_BYTES).from_address(at), words
 
     def __call__(self) -> RawRNGState:
-        return (torch.get_rng_state(), self._python_state(), self._numpy_state(),
+        return (torch.default_generator.get_state(), self._python_state(), self._numpy_state(),
                 torch.cuda.get_rng_state_all() if self.cuda else None)
 
     def _python_state(self) -> Any:
-        if self._python_at is None:
+        if self._python_view is None:
             return random.getstate()
-        words = ctypes.string_at(self._python_at, self._MT_BYTES)
+        words = self._python_view.raw
         # A cached gaussian is consumed without moving the words: then gauss_next is no longer the one read.
         if words != self._python_words or self._python_owner.gauss_next is not self._python[2]:  # type: ignore[attr-defined]
             self._python, self._python_words = random.getstate(), words
         return self._python
 
     def _numpy_state(self) -> Any:
-        if self._numpy_at is None:
+        if self._numpy_view is None:
             return np.random.get_state()
-        words = ctypes.string_at(self._numpy_at, self._MT_BYTES)
+        words = self._numpy_view.raw
         if words != self._numpy_words or self._numpy[3]:
             self._numpy, self._numpy_words = np.random.get_state(), words
         return self._numpy

@@ -44,9 +44,9 @@ def test_snapshots_equal_the_full_state_after_any_draws(fast: bool) -> None:
     torch.manual_seed(0)
     snapshots = RNGSnapshots()
     if not fast:  # the fallback, as where the words cannot be read
-        snapshots._python_at = snapshots._numpy_at = None
+        snapshots._python_view = snapshots._numpy_view = None
     else:
-        assert snapshots._python_at is not None and snapshots._numpy_at is not None  # CPython, numpy's MT19937
+        assert snapshots._python_view is not None and snapshots._numpy_view is not None  # CPython, numpy's MT19937
     order = list(DRAWS) * 3
     generator = random.Random(1)
     for _ in range(200):
