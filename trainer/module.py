@@ -296,6 +296,19 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                "run backward.")
         self.trainer.backward(loss, *args, **kwargs)
 
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward of each training step (automatic optimisation) and of ``manual_backward``, called between
+        ``on_before_backward`` and ``on_after_backward`` with the loss already divided by the accumulation factor;
+        override to customise (e.g. ``loss.backward(retain_graph=True)``). Default: the engine's backward (fp16
+        loss scaling, DeepSpeed's engine), which an override reaches with ``super().backward(loss)``.
+
+        Example:
+            >>> class KeepGraph(TrainModule):
+            ...     def backward(self, loss, *args, **kwargs):
+            ...         loss.backward(retain_graph=True)  # fp16: call super().backward(loss, retain_graph=True)
+        """
+        self.trainer.engine_backward(loss, *args, **kwargs)
+
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Freeze the parameters of the trainer's other optimizers (until ``untoggle_optimizer``), e.g. for GANs.
 
@@ -408,6 +421,24 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def on_predict_epoch_end(self) -> None: ...
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    # The mode hooks of evaluation runs (before ``on_validation_start`` / after ``on_validation_end``, test and
+    # predict alike). Not overridden, the trainer puts the model in eval mode and afterwards restores each
+    # submodule's own mode; an override replaces that (``super()`` does Lightning's default: eval / train).
+    def on_validation_model_eval(self) -> None:
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.eval()
+
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...

@@ -69,6 +69,7 @@ class RunPlan:
         self.scheduler_configs: list[SchedulerConfig] = []
         self.automatic = True
         self.custom_optimizer_step = self.custom_zero_grad = self.clip = self.custom_clipping = False
+        self.custom_backward = False  # the module overrides backward: the trainer calls it instead of the engine's
         self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
         self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
 
@@ -131,6 +132,7 @@ class RunPlan:
         self.automatic = not manual
         self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")
         self.custom_zero_grad = overrides(module, TrainModule, "optimizer_zero_grad")
+        self.custom_backward = overrides(module, TrainModule, "backward")
         if self.optimizers:
             self.torch_optimizer = getattr(self.optimizers[0], "optimizer", self.optimizers[0])
             self.plain_zero_grad = zeroes_plainly(self.torch_optimizer)
@@ -138,6 +140,11 @@ class RunPlan:
         self.custom_clipping = any(overrides(module, TrainModule, name)
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
+
+    @property
+    def module(self) -> TrainModule | None:
+        """The module the prepared model steps (``None`` before a set-up)."""
+        return None if self._model_for is None else self._model_for[0]
 
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:

@@ -1,0 +1,175 @@
+"""Lightning loop behaviours Ember conforms to (issue 27, second round), each a small scenario recorded from
+Lightning: the module's mode hooks and ``backward``, submodule modes across validation, ``self.log`` from
+callbacks and from ``on_train_start``, loop limits, data loaders under ``overfit_batches``.
+
+Every function returns plain values; ``main`` runs them all. The recording script runs this very file under
+Lightning (imports swapped back), the test under Ember.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as pl
+
+QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False,
+         "enable_checkpointing": False}
+
+
+def _data(n: int = 8, batch_size: int = 2, seed: int = 0) -> DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(torch.randn(n, 2, generator=g)), batch_size=batch_size)
+
+
+class Recorded(pl.LightningModule):
+    """A linear model with a dropout kept in eval mode; records its hooks and both modules' modes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+        self.frozen = nn.Dropout()
+        self.frozen.eval()
+        self.calls: list[Any] = []
+
+    def training_step(self, batch, batch_idx):
+        self.calls.append(["train", self.training, self.frozen.training])
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.calls.append(["validation", self.training, self.frozen.training])
+
+    def test_step(self, batch, batch_idx):
+        self.calls.append(["test", self.training, self.frozen.training])
+
+    def predict_step(self, batch, batch_idx):
+        self.calls.append(["predict", self.training, self.frozen.training])
+
+    def on_validation_start(self) -> None:
+        self.calls.append("on_validation_start")
+
+    def on_validation_end(self) -> None:
+        self.calls.append("on_validation_end")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class WithModeHooks(Recorded):
+    def on_validation_model_eval(self) -> None:
+        self.calls.append("on_validation_model_eval")
+        super().on_validation_model_eval()
+
+    def on_validation_model_train(self) -> None:
+        self.calls.append("on_validation_model_train")
+        super().on_validation_model_train()
+
+    def on_test_model_eval(self) -> None:
+        self.calls.append("on_test_model_eval")
+        self.eval()
+        self.layer.train()  # an override decides each submodule's mode itself
+
+    def on_test_model_train(self) -> None:
+        self.calls.append("on_test_model_train")
+
+    def on_predict_model_eval(self) -> None:
+        self.calls.append("on_predict_model_eval")
+        super().on_predict_model_eval()
+
+
+class WithBackward(Recorded):
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def backward(self, loss, *args, **kwargs):
+        self.calls.append("backward")
+        self.losses.append(round(float(loss), 6))
+        (loss * 0.5).backward(*args, **kwargs)  # half the gradient: the weights show the override ran
+
+    def on_before_backward(self, loss) -> None:
+        self.calls.append("on_before_backward")
+
+    def on_after_backward(self) -> None:
+        self.calls.append("on_after_backward")
+
+
+class ManualWithBackward(WithBackward):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(super().training_step(batch, batch_idx))
+        optimizer.step()
+
+
+def module_hooks(workdir: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, cls in (("defaults", Recorded), ("overridden", WithModeHooks)):
+        pl.seed_everything(0, verbose=False)
+        model = cls()
+        trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, num_sanity_val_steps=1, limit_val_batches=1,
+                             **QUIET)
+        trainer.fit(model, _data(4), _data(4))
+        trainer.test(model, _data(2), verbose=False)
+        trainer.predict(model, _data(2))
+        out[name] = [*model.calls, ["after", model.training, model.layer.training, model.frozen.training]]
+    for name, cls in (("backward", WithBackward), ("manual_backward", ManualWithBackward)):
+        pl.seed_everything(0, verbose=False)
+        model = cls()
+        trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, accumulate_grad_batches=2 if
+                             name == "backward" else 1, **QUIET)
+        trainer.fit(model, _data(4))
+        out[name] = [[c for c in model.calls if isinstance(c, str)], model.losses,
+                     [round(v, 6) for v in model.layer.weight.flatten().tolist()]]
+    return out
+
+
+class LoggingCallback(pl.Callback):
+    """Logs through ``self.log`` (the module's, lent to every callback by the trainer)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.log("cb_train_start", 1.0)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.log("cb_epoch_start", float(trainer.current_epoch + 2))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.log_dict({"cb_batch": float(batch_idx)}, prog_bar=True)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.log("cb_epoch_end", 5.0)
+
+
+class LogsAtTrainStart(Recorded):
+    def on_train_start(self) -> None:
+        self.log("start_value", 7.0, prog_bar=True)
+
+    def on_train_epoch_end(self) -> None:
+        self.calls.append(sorted(self.trainer.callback_metrics))
+
+
+def logging(workdir: str) -> dict[str, Any]:
+    model = LogsAtTrainStart()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=2, callbacks=[LoggingCallback()], **QUIET)
+    trainer.fit(model, _data(4))
+    values = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items()}
+    return {"epoch_ends": [c for c in model.calls if isinstance(c, list) and isinstance(c[0], str) and
+                           c[0] not in ("train", "validation")],
+            "callback_metrics": values, "progress_bar": sorted(trainer.progress_bar_metrics)}
+
+
+def main(workdir: str) -> dict[str, Any]:
+    pl.seed_everything(0, verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {name: fn(os.path.join(workdir, name)) for name, fn in (
+            ("module_hooks", module_hooks), ("logging", logging))}
