@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as pl
+from callbacks import EarlyStopping
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False,
          "enable_checkpointing": False}
@@ -167,9 +168,47 @@ def logging(workdir: str) -> dict[str, Any]:
             "callback_metrics": values, "progress_bar": sorted(trainer.progress_bar_metrics)}
 
 
+class CountingEarlyStopping(EarlyStopping):
+    """Overrides Lightning's ``_run_early_stopping_check`` (one call per check)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checks: list[int] = []
+
+    def _run_early_stopping_check(self, trainer) -> None:
+        self.checks.append(trainer.current_epoch)
+        super()._run_early_stopping_check(trainer)
+
+
+class SavingTrainer(pl.Trainer):
+    """Overrides ``save_checkpoint`` with Lightning's signature and records each call."""
+
+    saves: ClassVar[list[Any]] = []
+
+    def save_checkpoint(self, filepath, weights_only=False, storage_options=None):
+        self.saves.append([os.path.basename(str(filepath)), weights_only])
+        super().save_checkpoint(filepath, weights_only, storage_options)
+
+
+class LogsLoss(Recorded):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        return loss
+
+
+def callback_contracts(workdir: str) -> dict[str, Any]:
+    stopping = CountingEarlyStopping(monitor="train_loss", patience=100)
+    trainer = SavingTrainer(default_root_dir=workdir, max_epochs=3, callbacks=[stopping], logger=False,
+                            enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(LogsLoss(), _data(4))
+    return {"early_stopping_checks": stopping.checks, "saves": SavingTrainer.saves,
+            "kept": sorted(os.listdir(trainer.checkpoint_callback.dirpath))}
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
-            ("module_hooks", module_hooks), ("logging", logging))}
+            ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts))}
