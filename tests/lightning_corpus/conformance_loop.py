@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as pl
-from callbacks import EarlyStopping
+from callbacks import EarlyStopping, WeightAveraging
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False,
          "enable_checkpointing": False}
@@ -206,9 +206,27 @@ def callback_contracts(workdir: str) -> dict[str, Any]:
             "kept": sorted(os.listdir(trainer.checkpoint_callback.dirpath))}
 
 
+class SetupAveraging(WeightAveraging):
+    """Reads the averaged copy in its own setup, after the base class's."""
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        super().setup(trainer, pl_module, stage)
+        copy = self._average_model.module
+        self.seen = [type(copy).__name__, copy is not pl_module, copy._trainer is None,
+                     copy.train_dataloader.__self__ is copy]
+
+
+def weight_averaging(workdir: str) -> dict[str, Any]:
+    callback = SetupAveraging()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, callbacks=[callback], **QUIET)
+    trainer.fit(Recorded(), _data(4))
+    return {"setup": callback.seen, "n_averaged": int(callback._average_model.n_averaged)}
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
-            ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts))}
+            ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
+            ("weight_averaging", weight_averaging))}
