@@ -223,10 +223,43 @@ def weight_averaging(workdir: str) -> dict[str, Any]:
     return {"setup": callback.seen, "n_averaged": int(callback._average_model.n_averaged)}
 
 
+def _shape(loaders: Any) -> Any:
+    """What ``trainer.*_dataloaders`` is: None, ``["list", lengths]`` or ``["one", length]``."""
+    if loaders is None:
+        return None
+    if isinstance(loaders, list):
+        return ["list", [len(loader) for loader in loaders]]
+    return ["one", len(loaders), hasattr(loaders, "sampler")]
+
+
+class MultiLoader(Recorded):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        return super().validation_step(batch, batch_idx)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return super().predict_step(batch, batch_idx)
+
+
+def loader_attributes(workdir: str) -> dict[str, Any]:
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, **QUIET)
+    out: dict[str, Any] = {"before": [_shape(trainer.val_dataloaders), _shape(trainer.test_dataloaders),
+                                      _shape(trainer.predict_dataloaders)]}
+    trainer.fit(Recorded(), _data(8), _data(6))
+    out["one"] = _shape(trainer.val_dataloaders)
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, **QUIET)
+    trainer.fit(MultiLoader(), _data(8), [_data(6), _data(4)])
+    out["two"] = _shape(trainer.val_dataloaders)
+    trainer.test(Recorded(), _data(2), verbose=False)
+    out["test"] = _shape(trainer.test_dataloaders)
+    trainer.predict(MultiLoader(), [_data(2), _data(4)])
+    out["predict"] = _shape(trainer.predict_dataloaders)
+    return out
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
-            ("weight_averaging", weight_averaging))}
+            ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes))}

@@ -113,6 +113,15 @@ def _all(kind: type) -> Callable[[Any], list[Any]]:
     return read
 
 
+def _loaders(attribute: str) -> Callable[[Any], Any]:
+    """The run plan's prepared loaders of one kind as Lightning shows them: the loader when there is one, the list
+    when there are several, ``None`` when there are none (before a run, or validation switched off)."""
+    def read(obj: Any) -> Any:
+        loaders = getattr(obj.plan, attribute)
+        return None if not loaders else loaders[0] if len(loaders) == 1 else loaders
+    return read
+
+
 # Every Lightning attribute name the Trainer shows, with the part that owns the value.
 LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "callbacks": PartField("attached", "callbacks", settable=True),
@@ -144,9 +153,9 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "preemption_exit_code": ConfigField(),
     "project_name": ConfigField(),
     "train_dataloader": PartField("plan", "train_loader"),
-    "val_dataloaders": PartField("plan", "val_loaders"),
-    "test_dataloaders": PartField("plan", "test_loaders"),
-    "predict_dataloaders": PartField("plan", "predict_loaders"),
+    "val_dataloaders": Computed(_loaders("val_loaders")),  # as Lightning: one loader, a list of several, or None
+    "test_dataloaders": Computed(_loaders("test_loaders")),
+    "predict_dataloaders": Computed(_loaders("predict_loaders")),
     "num_training_batches": PartField("plan", "num_training_batches"),
     "num_val_batches": PartField("plan", "num_val_batches"),
     "num_sanity_val_batches": PartField("plan", "num_sanity_val_batches"),
