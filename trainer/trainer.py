@@ -197,7 +197,7 @@ class Trainer:
             plan, module = self.plan, check_module(self.module)  # the module inside a torch.compile shell
             convert_module(self.config, module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
-                           (self._manual_before_step, self._manual_after_step))
+                           (self._manual_before_step, self._manual_after_step), sanity_check=resume is None)
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)

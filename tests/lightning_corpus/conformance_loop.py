@@ -256,10 +256,53 @@ def loader_attributes(workdir: str) -> dict[str, Any]:
     return out
 
 
+class OwnLoaders(pl.LightningModule):
+    """Builds its loaders from the global generator (as Lightning's demos do) and records what it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(1, 1)
+        self.order: list[str] = []
+        self.seen: dict[str, list[Any]] = {"train": [], "val": []}
+
+    def train_dataloader(self):
+        self.order.append("train")
+        return DataLoader(TensorDataset(torch.randn(8, 1)), batch_size=2)
+
+    def val_dataloader(self):
+        self.order.append("val")
+        return DataLoader(TensorDataset(torch.randn(8, 1)), batch_size=2)
+
+    def training_step(self, batch, batch_idx):
+        self.seen["train"].append([round(v, 6) for v in batch[0].flatten().tolist()])
+        return self.layer(batch[0]).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.seen["val"].append([round(v, 6) for v in batch[0].flatten().tolist()])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader_order(workdir: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    # Only with a sanity check: without one, Lightning asks for the validation loaders at the first validation
+    # (after the training loader's first pass drew its worker seed), Ember at fit's set-up.
+    for sanity in (2,):
+        pl.seed_everything(0, verbose=False)
+        model = OwnLoaders()
+        trainer = pl.Trainer(default_root_dir=workdir, max_epochs=2, overfit_batches=1, num_sanity_val_steps=sanity,
+                             **QUIET)
+        trainer.fit(model)
+        out[f"sanity_{sanity}"] = [model.order, model.seen, round(float(torch.rand(1)), 6)]
+    return out
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
-            ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes))}
+            ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes),
+            ("loader_order", loader_order))}

@@ -30,7 +30,7 @@ from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
-from trainer.utilities.seed import attach_worker_init
+from trainer.utilities.seed import attach_worker_init, isolate_rng
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
@@ -76,19 +76,28 @@ class RunPlan:
     # -- fit ------------------------------------------------------------------------------------------------
     def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
                   train_dataloaders: Any, val_dataloaders: Any,
-                  manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]]) -> None:
+                  manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]],
+                  sanity_check: bool = False) -> None:
         """Prepare the training and validation loaders, the model, the optimizers and schedulers for ``fit``.
 
         ``manual_hooks`` are the (before step, after step) calls the trainer wants around a manual
-        ``optimizer.step()``.
+        ``optimizer.step()``. ``sanity_check``: the fit starts with one (if the configuration asks for it).
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
+        validates = bool(config.limit_val_batches) and overrides(module, TrainModule, "validation_step")
+        val = None
+        if validates and sanity_check and config.num_sanity_val_steps != 0:
+            # As Lightning: its sanity check asks for the validation loaders before the training ones, under an
+            # isolated random state, so loaders built from the global generator get the data they get there.
+            with isolate_rng():
+                val = resolve_loaders("val", val_dataloaders, datamodule, module)
         train = resolve_loaders("train", train_dataloaders, datamodule, module)
         if not train:
             raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
                              f"{name}.train_dataloader().")
-        val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
+        if val is None:
+            val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
         if val and not overrides(module, TrainModule, "validation_step"):
             warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
                           UserWarning, stacklevel=4)
