@@ -110,6 +110,11 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         self._trainer_ref = None if trainer is None else weakref.ref(trainer)
 
     @property
+    def fabric(self) -> None:
+        """Lightning's ``module.fabric``: always ``None`` (Ember has no Fabric; a module runs in a ``Trainer``)."""
+        return None
+
+    @property
     def accelerator(self) -> Accelerator:
         """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
         return self.trainer.accelerator
@@ -445,6 +450,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+
+# torch.jit.script(module) compiles every property not listed here (Lightning lists its own): these read the trainer
+# or hold Python objects, and a scripted module runs without a trainer.
+TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)  # type: ignore[attr-defined]
+                                               if isinstance(value, property))
 
 
 class StepRouter(torch.nn.Module):

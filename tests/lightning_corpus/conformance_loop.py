@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as pl
 from callbacks import EarlyStopping, WeightAveraging
+from trainer.utilities import GradClipAlgorithmType
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False,
          "enable_checkpointing": False}
@@ -298,6 +299,26 @@ def loader_order(workdir: str) -> dict[str, Any]:
     return out
 
 
+class ClipsByEnum(Recorded):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.clip_gradients(optimizer, gradient_clip_val=0.01, gradient_clip_algorithm=GradClipAlgorithmType("value"))
+
+
+def module_extras(workdir: str) -> dict[str, Any]:
+    pl.seed_everything(0, verbose=False)
+    model = ClipsByEnum()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, **QUIET)
+    trainer.fit(model, _data(4))
+    x = torch.randn(3, 2)
+    scripted = torch.jit.script(model)  # attached to its trainer, as Lightning's test does
+    return {"weights": [round(v, 6) for v in model.layer.weight.flatten().tolist()], "fabric": model.fabric,
+            "scripted": torch.equal(scripted(x), model(x)),
+            "enum": [GradClipAlgorithmType.NORM == "norm", GradClipAlgorithmType.VALUE.value]}
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
@@ -305,4 +326,4 @@ def main(workdir: str) -> dict[str, Any]:
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
             ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes),
-            ("loader_order", loader_order))}
+            ("loader_order", loader_order), ("module_extras", module_extras))}
