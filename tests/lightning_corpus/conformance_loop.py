@@ -319,6 +319,29 @@ def module_extras(workdir: str) -> dict[str, Any]:
             "enum": [GradClipAlgorithmType.NORM == "norm", GradClipAlgorithmType.VALUE.value]}
 
 
+class LimitsProbe(pl.Callback):
+    """Reads the loop limits at setup, then stops the fit before its first batch."""
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        self.at_setup = [trainer.max_epochs, trainer.max_steps]
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        trainer.should_stop = True
+
+
+def loop_limits(workdir: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, kwargs in (("none", {}), ("max_steps", {"max_steps": 3}), ("max_time", {"max_time": {"hours": 1}}),
+                         ("unlimited", {"max_epochs": -1}), ("epochs", {"max_epochs": 2}),
+                         ("steps_unlimited", {"max_steps": -1, "max_epochs": 3})):
+        probe = LimitsProbe()
+        trainer = pl.Trainer(default_root_dir=workdir, callbacks=[probe], **QUIET, **kwargs)
+        before = [trainer.max_epochs, trainer.max_steps]
+        trainer.fit(Recorded(), _data(4))
+        out[name] = [before, probe.at_setup, [trainer.max_epochs, trainer.max_steps]]
+    return out
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
@@ -326,4 +349,5 @@ def main(workdir: str) -> dict[str, Any]:
         return {name: fn(os.path.join(workdir, name)) for name, fn in (
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
             ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes),
-            ("loader_order", loader_order), ("module_extras", module_extras))}
+            ("loader_order", loader_order), ("module_extras", module_extras),
+            ("loop_limits", loop_limits))}

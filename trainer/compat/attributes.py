@@ -17,7 +17,7 @@ from trainer import args as checks
 from trainer.compat import devices
 from trainer.compat.keywords import log_dir, logger_views
 from trainer.metrics.logger import to_python
-from trainer.states import TrainerStatus
+from trainer.states import TrainerFn, TrainerStatus
 
 
 class _View:
@@ -59,6 +59,27 @@ class ConfigField(_View):
         if not (self.name in ("max_epochs", "max_steps") and value == -1):  # -1: Lightning's "no limit"
             value = checks.check_count(self.name, value, self.minimum, allow_none=self.minimum == 0)
         obj.config = dataclasses.replace(obj.config, **{self.name: value})  # checked again as a whole
+
+
+class LoopLimit(ConfigField):
+    """``trainer.max_epochs`` / ``trainer.max_steps`` as Lightning shows them (settable as a ``ConfigField``).
+
+    ``max_steps``: -1 for no limit (``TrainerConfig`` stores ``None``). ``max_epochs``: what was given until a fit
+    starts (``None`` when it was not), then the resolved limit: 1000 when nothing else limits the run, -1 when
+    ``max_steps`` / ``max_time`` do or -1 was given.
+    """
+
+    def read(self, obj: Any) -> Any:
+        config = obj.config
+        value = getattr(config, self.name)
+        if self.name == "max_steps":
+            return -1 if value is None else value
+        if config.max_epochs_unlimited:
+            return -1
+        if value is not None and not config.max_epochs_defaulted:
+            return value
+        fitted = obj.state.fn == TrainerFn.FITTING or obj.plan.train_source is not None
+        return None if not fitted else -1 if value is None else value
 
 
 class PartField(_View):
@@ -129,8 +150,8 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "model": PartField("attached", "module"),  # Lightning's names for it: the module, never a wrapper
     "lightning_module": PartField("attached", "module"),
     "datamodule": PartField("attached", "datamodule", settable=True),
-    "max_epochs": ConfigField(settable=True),
-    "max_steps": ConfigField(settable=True),
+    "max_epochs": LoopLimit(settable=True),
+    "max_steps": LoopLimit(settable=True),
     "min_epochs": ConfigField(settable=True),
     "min_steps": ConfigField(settable=True),
     "accumulate_grad_batches": ConfigField(settable=True, minimum=1),  # GradientAccumulationScheduler sets it
