@@ -87,7 +87,7 @@ class BasePredictionWriter(Callback):
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def on_predict_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
-        loaders = list(trainer.predict_dataloaders)
+        loaders = _as_list(trainer.predict_dataloaders)
         self._seen = {i: _recorder(loader) for i, loader in enumerate(loaders)}
         self._predictions = [[] for _ in loaders]
         self._epoch_indices = [[] for _ in loaders]
@@ -108,7 +108,7 @@ class BasePredictionWriter(Callback):
             self.write_on_epoch_end(trainer, pl_module, predictions, self._epoch_indices)
         for i, seen in self._seen.items():
             if seen is not None:
-                trainer.predict_dataloaders[i].record_batch_indices(False)
+                _as_list(trainer.predict_dataloaders)[i].record_batch_indices(False)
         self._predictions, self._epoch_indices, self._seen = [], [], {}
 
     # -- batch indices -----------------------------------------------------------------------------------------
@@ -152,3 +152,8 @@ def _to_cpu(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_to_cpu(v) for v in value)
     return value
+
+
+def _as_list(loaders: Any) -> list[Any]:
+    """``trainer.predict_dataloaders`` (one loader, a list of several, or None) as a list."""
+    return [] if loaders is None else loaders if isinstance(loaders, list) else [loaders]

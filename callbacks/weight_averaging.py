@@ -79,15 +79,26 @@ class WeightAveraging(Callback):
         if stage == "fit" and str(getattr(trainer.accelerator, "distributed_type", "")).endswith("FSDP"):
             raise ValueError(f"{type(self).__name__} keeps a full copy of the module and does not support FSDP "
                              "(sharded parameters): use DDP or one process.")
+        if stage == "fit":  # as Lightning: the averaged copy exists from fit's setup on
+            self._build(pl_module)
 
     def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
-        # Built here, after configure_model and the wrapping, so every layer exists; a restored state waits for it.
-        if self._average_model is None:
-            self._average_model = AveragedModel(pl_module, device=self._device or _device_of(pl_module),
-                                                use_buffers=self._use_buffers, **self._kwargs)
+        # configure_model may have added layers since setup (the copy is built again), and the module may have
+        # moved to the accelerator (the copy follows it, unless a device was given); a restored state waits for it.
+        average = self._average_model
+        if average is None or _layout(average.module) != _layout(pl_module):
+            self._build(pl_module)
+        elif self._device is None:
+            average.to(_device_of(pl_module))
+        assert self._average_model is not None
         if self._pending is not None:
             self._average_model.load_state_dict(self._pending)
             self._pending = None
+
+    def _build(self, module: torch.nn.Module) -> None:
+        # AveragedModel deep-copies the module; the copy is detached from the trainer (TrainModule.__getstate__).
+        self._average_model = AveragedModel(module, device=self._device or _device_of(module),
+                                            use_buffers=self._use_buffers, **self._kwargs)
 
     # -- updates -----------------------------------------------------------------------------------------------
     def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
@@ -153,7 +164,10 @@ class WeightAveraging(Callback):
         self._latest_update_step = int(state_dict["latest_update_step"])
         self._latest_update_epoch = int(state_dict.get("latest_update_epoch", -1))
         average = state_dict.get("average_model")
-        if average is not None and self._average_model is not None:
+        # Loaded now into a copy of the same layout; else (none yet, or configure_model adds layers after the
+        # setup-time copy) once on_fit_start has built the copy.
+        if average is not None and self._average_model is not None and \
+                set(average) == set(self._average_model.state_dict()):
             self._average_model.load_state_dict(average)
         else:
             self._pending = average
@@ -348,6 +362,10 @@ class StochasticWeightAveraging(WeightAveraging):
         self._scheduler_state = state_dict.get("scheduler_state")
         self._swa_scheduler, self._lrs = None, None
         self._swa_epoch_start = state_dict.get("swa_epoch_start", self._swa_epoch_start)
+
+
+def _layout(module: torch.nn.Module) -> list[tuple[str, torch.Size]]:
+    return [(name, p.shape) for name, p in module.named_parameters()]
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:

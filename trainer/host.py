@@ -43,7 +43,10 @@ class ModuleHost(Protocol):
         """What ``module.optimizers()`` returns (wrapped for manual optimisation)."""
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``manual_backward``: the hooks around the engine's backward."""
+        """``manual_backward``: the hooks around the module's ``backward``."""
+
+    def engine_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The engine's backward of ``loss`` (``TrainModule.backward``'s default)."""
 
     def __getattr__(self, name: str) -> Any:
         """Every other ``Trainer`` attribute (``self.trainer.estimated_stepping_batches``...) for user code."""

@@ -110,6 +110,11 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         self._trainer_ref = None if trainer is None else weakref.ref(trainer)
 
     @property
+    def fabric(self) -> None:
+        """Lightning's ``module.fabric``: always ``None`` (Ember has no Fabric; a module runs in a ``Trainer``)."""
+        return None
+
+    @property
     def accelerator(self) -> Accelerator:
         """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
         return self.trainer.accelerator
@@ -296,6 +301,19 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                "run backward.")
         self.trainer.backward(loss, *args, **kwargs)
 
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward of each training step (automatic optimisation) and of ``manual_backward``, called between
+        ``on_before_backward`` and ``on_after_backward`` with the loss already divided by the accumulation factor;
+        override to customise (e.g. ``loss.backward(retain_graph=True)``). Default: the engine's backward (fp16
+        loss scaling, DeepSpeed's engine), which an override reaches with ``super().backward(loss)``.
+
+        Example:
+            >>> class KeepGraph(TrainModule):
+            ...     def backward(self, loss, *args, **kwargs):
+            ...         loss.backward(retain_graph=True)  # fp16: call super().backward(loss, retain_graph=True)
+        """
+        self.trainer.engine_backward(loss, *args, **kwargs)
+
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Freeze the parameters of the trainer's other optimizers (until ``untoggle_optimizer``), e.g. for GANs.
 
@@ -408,12 +426,36 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def on_predict_epoch_end(self) -> None: ...
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    # The mode hooks of evaluation runs (before ``on_validation_start`` / after ``on_validation_end``, test and
+    # predict alike). Not overridden, the trainer puts the model in eval mode and afterwards restores each
+    # submodule's own mode; an override replaces that (``super()`` does Lightning's default: eval / train).
+    def on_validation_model_eval(self) -> None:
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.eval()
+
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+
+# torch.jit.script(module) compiles every property not listed here (Lightning lists its own): these read the trainer
+# or hold Python objects, and a scripted module runs without a trainer.
+TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)  # type: ignore[attr-defined]
+                                               if isinstance(value, property))
 
 
 class StepRouter(torch.nn.Module):

@@ -37,7 +37,7 @@ from trainer.evaluation.loop import EvaluationLoop, print_results
 from trainer.loop.hooks import HookTable
 from trainer.loop.loss_check import LossCheck
 from trainer.loop.plan import RunPlan, batches
-from trainer.loop.run import check_module, eval_sources, module_callbacks, run_scope
+from trainer.loop.run import check_module, eval_sources, lend_logging, module_callbacks, run_scope
 from trainer.loop.schedulers import SchedulerStepper
 from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
 from trainer.loop.stepping import check_trainable, detached, loss_of
@@ -155,7 +155,8 @@ class Trainer:
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
         self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler,
                                          *lightning.checkpoint_dirs(acc))
-        self._engine_backward = profiled(self.profiler, "backward", acc.backward)  # no wrapper without a profiler
+        # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
+        self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes
 
     @classmethod
@@ -196,7 +197,7 @@ class Trainer:
             plan, module = self.plan, check_module(self.module)  # the module inside a torch.compile shell
             convert_module(self.config, module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
-                           (self._manual_before_step, self._manual_after_step))
+                           (self._manual_before_step, self._manual_after_step), sanity_check=resume is None)
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)
@@ -234,8 +235,6 @@ class Trainer:
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
-        model = plan.model
-        assert model is not None
         hooks.call("on_fit_start")
         if sanity_check and any(n is None or n > 0 for n in plan.num_sanity_val_batches):
             self.evaluation.run("sanity_check", hooks)
@@ -249,9 +248,7 @@ class Trainer:
         batch_end_hooks = hooks.overriders["on_train_batch_end"]
         run_batch = profiled(self.profiler, "run_training_batch", self._train_step)  # no wrapper without one
         with self.checkpointer.boundaries():  # checkpoints are written where a resume continues exactly
-            while not self._fit_done():
-                model.train()
-                metrics.reset_epoch()
+            while not self._fit_done():  # each submodule trains in its own mode (one kept in eval stays so)
                 plan.set_epoch(state.epoch)
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
@@ -288,6 +285,7 @@ class Trainer:
                 metrics.set_epoch_hook(True)
                 self.loss_check.check()
                 self.evaluation.epoch_end("on_train_epoch_end", hooks)
+                metrics.reset_epoch()  # at the end, so what on_train_start logged counts in the first epoch
                 if not cut:  # as Lightning: epoch-interval schedulers step only after a whole epoch
                     self.schedulers.at_epoch_end(state.epoch)
                 state.epoch += 1
@@ -340,10 +338,8 @@ class Trainer:
         return outputs, loss
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """The backward of a training step (``manual_backward`` too): the hooks around the engine's backward.
-
-        ``on_before_backward`` sees the loss as returned; the backward divides it by the accumulation factor.
-        """
+        """A training step's backward (``manual_backward`` too): the hooks around the engine's or the module's
+        ``backward``. ``on_before_backward`` sees the loss as returned; the backward divides it by the window."""
         hooks = self._hooks
         assert hooks is not None
         for hook in hooks.overriders["on_before_backward"]:
@@ -351,7 +347,10 @@ class Trainer:
         k = self.config.accumulate_grad_batches
         if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
             loss = loss / k
-        self._engine_backward(loss, *args, **kwargs)
+        if self.plan.custom_backward:
+            self.module.backward(loss, *args, **kwargs)
+        else:
+            self.engine_backward(loss, *args, **kwargs)
         for hook in hooks.overriders["on_after_backward"]:
             hook()
 
@@ -507,7 +506,7 @@ class Trainer:
     @contextlib.contextmanager
     def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
-        module = self._attach(module, datamodule)
+        module = lend_logging(self._attach(module, datamodule), self.callbacks)
         self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
         state = self.state
         state.fn, state.status = TrainerFn(stage), TrainerStatus.RUNNING

@@ -35,9 +35,11 @@ def test_max_epochs_and_max_steps() -> None:
     with pytest.warns(PossibleUserWarning, match=r"`max_epochs` was not set. Setting it to 1000 epochs. To train "
                                                  r"without an epoch limit, set `max_epochs=-1`."):
         Trainer(**QUIET).fit(StopAtOnce(), data(n=4))
-    assert Trainer(**QUIET).max_epochs == 1000
-    assert Trainer(**QUIET, max_time={"hours": 1}).max_epochs is None  # a time limit replaces the default
-    assert Trainer(**QUIET, max_epochs=-1).max_epochs is None  # Lightning's "no limit"
+    assert Trainer(**QUIET).config.max_epochs == 1000
+    assert Trainer(**QUIET, max_time={"hours": 1}).config.max_epochs is None  # a time limit replaces the default
+    assert Trainer(**QUIET, max_epochs=-1).config.max_epochs is None  # Lightning's "no limit"
+    # trainer.max_epochs shows Lightning's values (tests/trainer/test_lightning_conformance_loop.py: loop_limits)
+    assert Trainer(**QUIET).max_epochs is None and Trainer(**QUIET, max_epochs=-1).max_epochs == -1
     for kwargs in ({"max_epochs": -2}, {"max_steps": -5}, {"max_epochs": 1.5}):
         name, value = next(iter(kwargs.items()))
         with pytest.raises(ValueError, match=rf"Trainer\({name}=...\) must be an int >= 0.*Received: {value}"):

@@ -204,3 +204,15 @@ def test_a_logger_opened_early_is_not_started_twice_by_the_engine(tmp_path: Path
     hub.log({"loss": 0.5}, step=1)
     hub.finish()
     assert _rows(logger.log_dir + "/metrics.csv") == [["step", "early", "loss"], ["0", "1.0", ""], ["1", "", "0.5"]]
+
+
+@pytest.mark.parametrize("name", ["CSVLogger", "TensorBoardLogger"])
+def test_file_loggers_refuse_a_url_instead_of_writing_a_local_folder_named_after_it(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning writes these through fsspec; os.path made a local folder named "memory:" (or "s3:").
+    from trainer import loggers
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"save_dir='memory://runs'\): Ember's file loggers write to a local folder"):
+        getattr(loggers, name)(save_dir="memory://runs")
+    assert list(tmp_path.iterdir()) == []

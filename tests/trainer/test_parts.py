@@ -87,8 +87,8 @@ def test_config_is_frozen_and_its_settable_fields_are_validated() -> None:
     trainer = Trainer(**QUIET, max_epochs=2, limit_val_batches=3)
     with pytest.raises(AttributeError, match=r"read-only after construction: pass Trainer\(limit_val_batches=5\)"):
         trainer.limit_val_batches = 5
-    trainer.max_epochs = -1  # Lightning's "no limit"
-    assert trainer.max_epochs is None and trainer.config.max_epochs is None
+    trainer.max_epochs = -1  # Lightning's "no limit", which trainer.max_epochs shows as Lightning does
+    assert trainer.max_epochs == -1 and trainer.config.max_epochs is None
     with pytest.raises(ValueError, match=r"accumulate_grad_batches=...\) must be an int >= 1.*Received: 0"):
         trainer.accumulate_grad_batches = 0
     bounded = Trainer(**QUIET, max_epochs=4, min_epochs=3)

@@ -17,7 +17,7 @@ from trainer import args as checks
 from trainer.compat import devices
 from trainer.compat.keywords import log_dir, logger_views
 from trainer.metrics.logger import to_python
-from trainer.states import TrainerStatus
+from trainer.states import TrainerFn, TrainerStatus
 
 
 class _View:
@@ -59,6 +59,27 @@ class ConfigField(_View):
         if not (self.name in ("max_epochs", "max_steps") and value == -1):  # -1: Lightning's "no limit"
             value = checks.check_count(self.name, value, self.minimum, allow_none=self.minimum == 0)
         obj.config = dataclasses.replace(obj.config, **{self.name: value})  # checked again as a whole
+
+
+class LoopLimit(ConfigField):
+    """``trainer.max_epochs`` / ``trainer.max_steps`` as Lightning shows them (settable as a ``ConfigField``).
+
+    ``max_steps``: -1 for no limit (``TrainerConfig`` stores ``None``). ``max_epochs``: what was given until a fit
+    starts (``None`` when it was not), then the resolved limit: 1000 when nothing else limits the run, -1 when
+    ``max_steps`` / ``max_time`` do or -1 was given.
+    """
+
+    def read(self, obj: Any) -> Any:
+        config = obj.config
+        value = getattr(config, self.name)
+        if self.name == "max_steps":
+            return -1 if value is None else value
+        if config.max_epochs_unlimited:
+            return -1
+        if value is not None and not config.max_epochs_defaulted:
+            return value
+        fitted = obj.state.fn == TrainerFn.FITTING or obj.plan.train_source is not None
+        return None if not fitted else -1 if value is None else value
 
 
 class PartField(_View):
@@ -113,6 +134,15 @@ def _all(kind: type) -> Callable[[Any], list[Any]]:
     return read
 
 
+def _loaders(attribute: str) -> Callable[[Any], Any]:
+    """The run plan's prepared loaders of one kind as Lightning shows them: the loader when there is one, the list
+    when there are several, ``None`` when there are none (before a run, or validation switched off)."""
+    def read(obj: Any) -> Any:
+        loaders = getattr(obj.plan, attribute)
+        return None if not loaders else loaders[0] if len(loaders) == 1 else loaders
+    return read
+
+
 # Every Lightning attribute name the Trainer shows, with the part that owns the value.
 LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "callbacks": PartField("attached", "callbacks", settable=True),
@@ -120,8 +150,8 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "model": PartField("attached", "module"),  # Lightning's names for it: the module, never a wrapper
     "lightning_module": PartField("attached", "module"),
     "datamodule": PartField("attached", "datamodule", settable=True),
-    "max_epochs": ConfigField(settable=True),
-    "max_steps": ConfigField(settable=True),
+    "max_epochs": LoopLimit(settable=True),
+    "max_steps": LoopLimit(settable=True),
     "min_epochs": ConfigField(settable=True),
     "min_steps": ConfigField(settable=True),
     "accumulate_grad_batches": ConfigField(settable=True, minimum=1),  # GradientAccumulationScheduler sets it
@@ -144,9 +174,9 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "preemption_exit_code": ConfigField(),
     "project_name": ConfigField(),
     "train_dataloader": PartField("plan", "train_loader"),
-    "val_dataloaders": PartField("plan", "val_loaders"),
-    "test_dataloaders": PartField("plan", "test_loaders"),
-    "predict_dataloaders": PartField("plan", "predict_loaders"),
+    "val_dataloaders": Computed(_loaders("val_loaders")),  # as Lightning: one loader, a list of several, or None
+    "test_dataloaders": Computed(_loaders("test_loaders")),
+    "predict_dataloaders": Computed(_loaders("predict_loaders")),
     "num_training_batches": PartField("plan", "num_training_batches"),
     "num_val_batches": PartField("plan", "num_val_batches"),
     "num_sanity_val_batches": PartField("plan", "num_sanity_val_batches"),

@@ -44,13 +44,13 @@ class EvaluationLoop:
         return self._run(stage, hooks)
 
     def _run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
-        metrics, plan, model = self.metrics, self.plan, self.plan.model
-        assert model is not None
+        metrics, plan, model, module = self.metrics, self.plan, self.plan.model, self.plan.module
+        assert model is not None and module is not None
         x = "test" if stage == "test" else "validation"
         loaders = plan.test_loaders if stage == "test" else plan.val_loaders
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,
                   "sanity_check": plan.num_sanity_val_batches}[stage]
-        previous, was_training = self.state.stage, model.training
+        previous = self.state.stage
         alone = previous == "idle"  # a validate() / test() call, outside fit: its rows are not training rows
         if alone:  # its results replace the last run's (Lightning)
             metrics.clear_results()
@@ -59,16 +59,20 @@ class EvaluationLoop:
         if stage == "sanity_check":
             saved = metrics.snapshot()
             hooks.call("on_sanity_check_start")
-        model.eval()
         with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+            modes = to_eval_mode(x, hooks, module, model)
             results = self._passes(x, stage, hooks, model, loaders, counts, alone)
+            if hooks.has(f"on_{x}_model_train"):
+                hooks.call_module(f"on_{x}_model_train")
+                sync_wrapper_modes(module, model)
+            else:
+                restore_modes(module, model, modes)
         if stage == "sanity_check":
             hooks.call("on_sanity_check_end")
             metrics.restore(saved)
         self.state.stage = previous
         if previous == "train":
             metrics.set_stage("train", fresh=False)
-        model.train(was_training)
         if len(loaders) <= 1:
             return [results]
         return [{k: v for k, v in results.items() if "/dataloader_idx_" not in k or k.endswith(f"/dataloader_idx_{i}")}
@@ -106,14 +110,17 @@ class EvaluationLoop:
 
     def predict(self, hooks: HookTable, return_predictions: bool | None) -> list[list[Any]]:
         """``predict_step`` over the plan's predict loaders; per loader, every process's predictions in order."""
-        plan, model = self.plan, self.plan.model
-        assert model is not None
+        plan, model, module = self.plan, self.plan.model, self.plan.module
+        assert model is not None and module is not None
         loaders, counts = plan.predict_loaders, plan.num_predict_batches
         self.state.stage = "predict"
         self.metrics.set_stage("predict")
-        model.eval()
         with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
-            return self._predict_passes(hooks, model, loaders, counts, return_predictions)
+            modes = to_eval_mode("predict", hooks, module, model)
+            try:
+                return self._predict_passes(hooks, model, loaders, counts, return_predictions)
+            finally:
+                restore_modes(module, model, modes)
 
     def _predict_passes(self, hooks: HookTable, model: Any, loaders: list[Any], counts: list[int | None],
                         return_predictions: bool | None) -> list[list[Any]]:
@@ -154,6 +161,35 @@ class EvaluationLoop:
         if log:
             self.trackers.log(metrics.epoch_values(results), new_row=new_row)
         return results
+
+
+def to_eval_mode(x: str, hooks: HookTable, module: torch.nn.Module, model: torch.nn.Module) -> dict[str, bool]:
+    """Put the prepared ``model`` (around ``module``) in eval mode for an evaluation run (``x``: ``"validation"``,
+    ``"test"``, ``"predict"``), through the module's ``on_{x}_model_eval`` where it overrides it; returns each
+    submodule's mode before, which the run's end restores (as Lightning: one kept in eval mode stays so)."""
+    modes = {name: m.training for name, m in module.named_modules()}
+    if hooks.has(f"on_{x}_model_eval"):
+        hooks.call_module(f"on_{x}_model_eval")
+        sync_wrapper_modes(module, model)
+    else:
+        model.eval()
+        module.eval()  # the step router shares the module's children, not the module itself
+    return modes
+
+
+def restore_modes(module: torch.nn.Module, model: torch.nn.Module, modes: dict[str, bool]) -> None:
+    for name, m in module.named_modules():
+        if name in modes:  # a submodule added during the run keeps its own mode
+            m.training = modes[name]
+    sync_wrapper_modes(module, model)
+
+
+def sync_wrapper_modes(module: torch.nn.Module, model: torch.nn.Module) -> None:
+    """The wrappers around ``module`` (DDP, the step router) take its mode (after its own mode hook)."""
+    inner = set(module.modules())
+    for wrapper in model.modules():
+        if wrapper not in inner:
+            wrapper.training = module.training
 
 
 def print_results(kind: str, results: list[dict[str, float]]) -> None:

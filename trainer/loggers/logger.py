@@ -233,6 +233,10 @@ class VersionedLogger(Logger):
             raise ValueError(f"{type(self).__name__}(version=...) must be an int >= 0, a str, or None. Received: "
                              f"{version!r}.")
         self._save_dir = os.fspath(save_dir)
+        if "://" in self._save_dir and not self._save_dir.startswith("file://"):  # else a local folder named "s3:"
+            raise ValueError(f"{type(self).__name__}(save_dir={self._save_dir!r}): Ember's file loggers write to a "
+                             "local folder, not to fsspec URLs. Log to a local folder and copy it, or use "
+                             "WandbLogger / MLFlowLogger / CometLogger.")
         self._name = name or ""
         self._version = version
         self._auto_version = version is None

@@ -17,6 +17,9 @@ from callbacks.base import HOOK_NAMES, Callback
 # module logged there.
 EPOCH_END_HOOKS = frozenset({"on_train_epoch_end", "on_validation_epoch_end", "on_test_epoch_end",
                              "on_predict_epoch_end"})
+# Hooks only a module has (Lightning's ModelHooks): the evaluation runs' eval / train mode switches.
+MODULE_ONLY_HOOKS = ("on_validation_model_eval", "on_validation_model_train", "on_test_model_eval",
+                     "on_test_model_train", "on_predict_model_eval")
 
 
 class HookTable:
@@ -49,7 +52,7 @@ class HookTable:
         skipped = [cb.skipped_hooks() if overrides(cb, Callback, "skipped_hooks") else frozenset() for cb in callbacks]
         # The callback behind each hook (a hook may be a plain function set on the instance: LambdaCallback).
         self._owners: dict[str, tuple[Callback, ...]] = {}
-        for name in HOOK_NAMES:
+        for name in (*HOOK_NAMES, *MODULE_ONLY_HOOKS):  # a callback never overrides the module-only ones
             self._owners[name] = tuple(cb for cb, skip in zip(callbacks, skipped)
                                        if overrides(cb, Callback, name) and name not in skip)
             self._callbacks[name] = tuple(functools.partial(getattr(cb, name), trainer, module)

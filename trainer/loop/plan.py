@@ -30,7 +30,7 @@ from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
-from trainer.utilities.seed import attach_worker_init
+from trainer.utilities.seed import attach_worker_init, isolate_rng
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
@@ -69,25 +69,35 @@ class RunPlan:
         self.scheduler_configs: list[SchedulerConfig] = []
         self.automatic = True
         self.custom_optimizer_step = self.custom_zero_grad = self.clip = self.custom_clipping = False
+        self.custom_backward = False  # the module overrides backward: the trainer calls it instead of the engine's
         self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
         self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
 
     # -- fit ------------------------------------------------------------------------------------------------
     def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
                   train_dataloaders: Any, val_dataloaders: Any,
-                  manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]]) -> None:
+                  manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]],
+                  sanity_check: bool = False) -> None:
         """Prepare the training and validation loaders, the model, the optimizers and schedulers for ``fit``.
 
         ``manual_hooks`` are the (before step, after step) calls the trainer wants around a manual
-        ``optimizer.step()``.
+        ``optimizer.step()``. ``sanity_check``: the fit starts with one (if the configuration asks for it).
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
+        validates = bool(config.limit_val_batches) and overrides(module, TrainModule, "validation_step")
+        val = None
+        if validates and sanity_check and config.num_sanity_val_steps != 0:
+            # As Lightning: its sanity check asks for the validation loaders before the training ones, under an
+            # isolated random state, so loaders built from the global generator get the data they get there.
+            with isolate_rng():
+                val = resolve_loaders("val", val_dataloaders, datamodule, module)
         train = resolve_loaders("train", train_dataloaders, datamodule, module)
         if not train:
             raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
                              f"{name}.train_dataloader().")
-        val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
+        if val is None:
+            val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
         if val and not overrides(module, TrainModule, "validation_step"):
             warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
                           UserWarning, stacklevel=4)
@@ -131,6 +141,7 @@ class RunPlan:
         self.automatic = not manual
         self.custom_optimizer_step = overrides(module, TrainModule, "optimizer_step")
         self.custom_zero_grad = overrides(module, TrainModule, "optimizer_zero_grad")
+        self.custom_backward = overrides(module, TrainModule, "backward")
         if self.optimizers:
             self.torch_optimizer = getattr(self.optimizers[0], "optimizer", self.optimizers[0])
             self.plain_zero_grad = zeroes_plainly(self.torch_optimizer)
@@ -138,6 +149,11 @@ class RunPlan:
         self.custom_clipping = any(overrides(module, TrainModule, name)
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
+
+    @property
+    def module(self) -> TrainModule | None:
+        """The module the prepared model steps (``None`` before a set-up)."""
+        return None if self._model_for is None else self._model_for[0]
 
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:

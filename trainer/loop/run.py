@@ -33,6 +33,15 @@ def module_callbacks(module: TrainModule, callbacks: list[Callback]) -> list[Cal
     return [c for c in callbacks if type(c) not in kinds] + extra
 
 
+def lend_logging(module: TrainModule, callbacks: list[Callback]) -> TrainModule:
+    """As Lightning at the start of each run: every callback gets the module's ``log`` / ``log_dict``, so a
+    callback's hook can call ``self.log("name", value)``. Returns ``module``."""
+    for callback in callbacks:
+        callback.log = module.log  # type: ignore[attr-defined]
+        callback.log_dict = module.log_dict  # type: ignore[attr-defined]
+    return module
+
+
 def check_module(module: Any) -> TrainModule:
     if not isinstance(module, TrainModule):
         raise TypeError(f"The trainer runs TrainModule subclasses. Received: {type(module).__name__}: derive your "

@@ -7,6 +7,7 @@ Example:
 """
 
 from trainer.hparams import AttributeDict
+from trainer.utilities.enums import GradClipAlgorithmType
 from trainer.utilities.rank_zero import (
     rank_zero_debug,
     rank_zero_deprecation,
@@ -16,5 +17,5 @@ from trainer.utilities.rank_zero import (
 )
 from trainer.utilities.seed import reset_seed, seed_everything, worker_init_function
 
-__all__ = ["AttributeDict", "rank_zero_debug", "rank_zero_deprecation", "rank_zero_info", "rank_zero_only",
+__all__ = ["AttributeDict", "GradClipAlgorithmType", "rank_zero_debug", "rank_zero_deprecation", "rank_zero_info", "rank_zero_only",
            "rank_zero_warn", "reset_seed", "seed_everything", "worker_init_function"]

@@ -56,6 +56,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
     "lightning.pytorch.utilities.types": ("trainer.utilities.types",),
+    "lightning.pytorch.utilities.enums": ("trainer.utilities.enums",),
     "lightning.pytorch.utilities.seed": ("trainer.utilities.seed",),
     "lightning.pytorch.utilities.exceptions": ("trainer.utilities.exceptions",),
     "lightning.pytorch.utilities.warnings": ("trainer.utilities.warnings",),
