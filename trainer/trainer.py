@@ -317,7 +317,9 @@ class Trainer:
             return outputs, None
         # The trainer alone decides the accumulation window and tells the engine whether this batch syncs.
         k = self.config.accumulate_grad_batches
-        sync = k == 1 or plan.syncs(batch_idx, k) or self.accelerator.gradient_state.end_of_dataloader
+        # With several training loaders the engine's end-of-loader flag is some loader's, not the epoch's end.
+        sync = k == 1 or plan.syncs(batch_idx, k) or (plan.combined is None and
+                                                      self.accelerator.gradient_state.end_of_dataloader)
         with self.accelerator.accumulate(plan.model, sync=sync):
             outputs = training_step(batch, batch_idx)
             # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.

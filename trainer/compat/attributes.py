@@ -143,7 +143,7 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "on_nonfinite_loss": ConfigField(),
     "preemption_exit_code": ConfigField(),
     "project_name": ConfigField(),
-    "train_dataloader": PartField("plan", "train_loader"),
+    "train_dataloader": PartField("plan", "train_dataloader"),  # a combined collection as given
     "val_dataloaders": PartField("plan", "val_loaders"),
     "test_dataloaders": PartField("plan", "test_loaders"),
     "predict_dataloaders": PartField("plan", "predict_loaders"),

@@ -23,13 +23,23 @@ from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
-from trainer.loop.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
+from trainer.loop.combined import CombinedTrainData, training_combination
+from trainer.loop.data import (
+    check_loaders,
+    check_not_empty,
+    limit_batches,
+    loader_length,
+    request_loaders,
+    resolve_loaders,
+    without_shuffle,
+)
 from trainer.loop.hooks import overrides
 from trainer.loop.precision import TruePrecision
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
+from trainer.utilities.combined_loader import CombinedLoader, combined_length
 from trainer.utilities.seed import attach_worker_init
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -47,8 +57,10 @@ class RunPlan:
         self.accelerator = accelerator
         self.strategy = strategy  # trainer.strategy (a ModelParallelStrategy's module splits itself)
         self.prepared: list[str] = []
-        self.train_loader: DataLoader | None = None
-        self.train_source: DataLoader | None = None
+        self.train_loader: DataLoader | CombinedTrainData | None = None
+        self.train_source: DataLoader | CombinedLoader | None = None
+        self.first_train_loader: Any = None  # the (first) training loader as given, before preparing
+        self.combined: CombinedLoader | None = None  # several training loaders (None: the one-loader path)
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
         self.num_val_batches: list[int | None] = []
@@ -83,24 +95,20 @@ class RunPlan:
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
-        train = resolve_loaders("train", train_dataloaders, datamodule, module)
-        if not train:
+        given = request_loaders("train", train_dataloaders, datamodule, module)
+        if given is None:
             raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
                              f"{name}.train_dataloader().")
+        combined = training_combination(given)
         val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
         if val and not overrides(module, TrainModule, "validation_step"):
             warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
                           UserWarning, stacklevel=4)
             val = []
-        if config.overfit_batches:
-            train = [without_shuffle(train[0])]
-        self.train_source = train[0]  # as given (not prepared): what a learning-rate search inside fit trains on
-        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
-        self.train_loader = self.accelerator.prepare(attach_worker_init(train[0], self.accelerator.process_index))
-        self.prepared.append("train loader")
-        check_not_empty(train[0], self.train_loader, self.accelerator.num_processes)
-        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
-                                                  "limit_train_batches")
+        if combined is None:
+            self._set_train_loader(config, check_loaders("train", given))
+        else:
+            self._set_combined_train(config, combined)
         self._set_val_loaders(config, val)
         backend = self.accelerator.backend
         if backend.prepares_jointly:  # DeepSpeed: the model is built with its optimizer and scheduler
@@ -111,7 +119,7 @@ class RunPlan:
             self._configure_model(module)
             optimizers, configs = self._optimizers_of(module, manual)
             backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
-                                       micro_batch_size=getattr(train[0], "batch_size", None),
+                                       micro_batch_size=getattr(self.first_train_loader, "batch_size", None),
                                        clip_value=config.gradient_clip_val,
                                        clip_algorithm=config.gradient_clip_algorithm or "norm")
             prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
@@ -138,6 +146,49 @@ class RunPlan:
         self.custom_clipping = any(overrides(module, TrainModule, name)
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
+
+    def _set_train_loader(self, config: TrainerConfig, loader: DataLoader) -> None:
+        """The one-loader path: the loop iterates the prepared loader itself."""
+        if config.overfit_batches:
+            loader = without_shuffle(loader)
+        self.train_source = loader  # as given (not prepared): what a learning-rate search inside fit trains on
+        self.first_train_loader = loader
+        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
+        self.train_loader = self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
+        self.prepared.append("train loader")
+        self.combined = None
+        check_not_empty(loader, self.train_loader, self.accelerator.num_processes)
+        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
+                                                  "limit_train_batches")
+
+    def _set_combined_train(self, config: TrainerConfig, combined: CombinedLoader) -> None:
+        """Several training loaders: each prepared on its own, walked together in ``combined``'s mode."""
+        given = [without_shuffle(x) if config.overfit_batches and isinstance(x, DataLoader) else x
+                 for x in combined.flattened]
+        self.train_source = combined
+        self.first_train_loader = given[0] if given else None
+        prepared = []
+        for loader in given:
+            if isinstance(loader, DataLoader):
+                loader = self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
+                self.prepared.append("train loader")
+            prepared.append(loader)
+        combined.flattened = prepared
+        self.combined = combined
+        self.train_loader = CombinedTrainData(combined)
+        # As Lightning: limit_train_batches applies to each loader, then the mode combines the counts.
+        counts = [limit_batches(loader_length(p), config.limit_train_batches, "limit_train_batches")
+                  for p in prepared]
+        total = combined_length(combined, [float("inf") if n is None else n for n in counts])
+        self.num_training_batches = None if total == float("inf") else int(total)
+        if self.num_training_batches == 0 and config.limit_train_batches != 0:
+            raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
+                             f"(mode={combined.mode!r}). Give every loader at least one batch.")
+
+    @property
+    def train_dataloader(self) -> Any:
+        """``trainer.train_dataloader``: the prepared loader, or the combined collection of prepared loaders."""
+        return self.combined.iterables if self.combined is not None else self.train_loader
 
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
@@ -304,6 +355,9 @@ class RunPlan:
         it). Validation passes never span a checkpoint, so a restored one starts from its first batch.
         """
         loader, count = self.train_loader, self.num_training_batches
+        if isinstance(loader, CombinedTrainData):
+            loader.line_up(state.batch_in_epoch, count)
+            loader = None
         position = loader.state_dict() if callable(getattr(loader, "state_dict", None)) else None
         if position is not None and position["batches_yielded"] > 0:
             done = position["iteration"] < state.epoch or (count is not None and state.batch_in_epoch >= count)
