@@ -163,16 +163,17 @@ class RunPlan:
 
     def _set_combined_train(self, config: TrainerConfig, combined: CombinedLoader) -> None:
         """Several training loaders: each prepared on its own, walked together in ``combined``'s mode."""
-        given = [without_shuffle(x) if config.overfit_batches and isinstance(x, DataLoader) else x
-                 for x in combined.flattened]
+        for loader in combined.flattened:  # each one's position is saved for an exact resume: DataLoaders only
+            if not isinstance(loader, DataLoader):
+                raise TypeError(f"The train data must be a torch.utils.data.DataLoader or a collection of them. "
+                                f"Received: {type(loader).__name__} inside {type(combined.iterables).__name__}. "
+                                "Wrap each dataset: DataLoader(dataset, batch_size=...).")
+        given = [without_shuffle(x) if config.overfit_batches else x for x in combined.flattened]
         self.train_source = combined
         self.first_train_loader = given[0] if given else None
-        prepared = []
-        for loader in given:
-            if isinstance(loader, DataLoader):
-                loader = self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
-                self.prepared.append("train loader")
-            prepared.append(loader)
+        prepared = [self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
+                    for loader in given]
+        self.prepared += ["train loader"] * len(prepared)
         combined.flattened = prepared
         self.combined = combined
         self.train_loader = CombinedTrainData(combined)
