@@ -324,7 +324,7 @@ class ModelCheckpoint(Callback):
             return self.save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
             return False
-        if not trainer.val_dataloaders or not any(n is None or n > 0 for n in trainer.num_val_batches):
+        if not any(n is None or n > 0 for n in trainer.num_val_batches):
             return True  # nothing validates: the epoch's end is the only point
         # Validation once per epoch runs just before the epoch's end; several times per epoch: after each.
         return isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0

@@ -112,7 +112,7 @@ class EarlyStopping(Callback):
         else:
             interval = trainer.val_check_interval
             once_per_epoch = isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
-            self._check_at_epoch_end = once_per_epoch or not trainer.val_dataloaders
+            self._check_at_epoch_end = once_per_epoch or not trainer.num_val_batches  # no validation loaders
 
     def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:

@@ -100,7 +100,7 @@ class ProgressBar(Callback):
         """Validation batches of this epoch, over every loader (0 when the epoch does not validate)."""
         trainer = self.trainer
         every = trainer.check_val_every_n_epoch
-        if not trainer.val_dataloaders or (every is not None and (trainer.current_epoch + 1) % every != 0):
+        if not trainer.num_val_batches or (every is not None and (trainer.current_epoch + 1) % every != 0):
             return 0
         counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
         return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)

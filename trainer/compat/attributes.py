@@ -135,7 +135,7 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "limit_val_batches": ConfigField(),
     "limit_test_batches": ConfigField(),
     "limit_predict_batches": ConfigField(),
-    "fast_dev_run": ConfigField(),
+    "fast_dev_run": Computed(lambda t: True if t.config.fast_dev_run == 1 else t.config.fast_dev_run),  # 1: True
     "overfit_batches": ConfigField(),
     "log_every_n_steps": ConfigField(),  # 0 under barebones, as in Lightning
     "barebones": ConfigField(),
@@ -144,9 +144,11 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "preemption_exit_code": ConfigField(),
     "project_name": ConfigField(),
     "train_dataloader": PartField("plan", "train_dataloader"),  # a combined collection as given
-    "val_dataloaders": PartField("plan", "val_loaders"),
-    "test_dataloaders": PartField("plan", "test_loaders"),
-    "predict_dataloaders": PartField("plan", "predict_loaders"),
+    # The loaders in the shape they were given (one loader, or a list / dict of them), prepared, as Lightning.
+    "val_dataloaders": PartField("plan", "val_dataloaders"),
+    "test_dataloaders": PartField("plan", "test_dataloaders"),
+    "predict_dataloaders": PartField("plan", "predict_dataloaders"),
+    "enable_validation": Computed(lambda t: bool(t.plan.val_loaders)),  # a fit's validation loop runs
     "num_training_batches": PartField("plan", "num_training_batches"),
     "num_val_batches": PartField("plan", "num_val_batches"),
     "num_sanity_val_batches": PartField("plan", "num_sanity_val_batches"),

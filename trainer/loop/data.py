@@ -11,7 +11,7 @@ from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
 from trainer.module import TrainModule
 from trainer.utilities.combined_loader import CombinedLoader
-from trainer.utilities.tree import flatten
+from trainer.utilities.tree import Shape, flatten
 
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
 
@@ -42,23 +42,30 @@ def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module
         >>> resolve_loaders("val", {"a": loader}, None, TrainModule())  == [loader]
         True
     """
+    return resolve_shaped(kind, given, datamodule, module)[0]
+
+
+def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None,
+                   module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
+    """``resolve_loaders``, and the shape the loaders were given in (``trainer.val_dataloaders`` & co. show them
+    in it; None when nothing provides any)."""
     given = request_loaders(kind, given, datamodule, module)
     if given is None:
-        return []
+        return [], None
     if isinstance(given, CombinedLoader):
         if given.mode != "sequential":
             stage = {"val": "validate", "test": "test", "predict": "predict"}.get(kind, kind)
             raise ValueError(f"`trainer.{stage}()` only supports the `CombinedLoader(mode=\"sequential\")` mode. "
                              f"Received mode={given.mode!r}: pass the loaders as a list or dict (run one after the "
                              "other) or CombinedLoader(..., mode=\"sequential\").")
-        loaders = list(given.flattened)
+        loaders, shape = list(given.flattened), given.shape
     else:
-        loaders = flatten(given)[0]
+        loaders, shape = flatten(given)
     for loader in loaders:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or a list of them). Received: "
                             f"{type(loader).__name__}. Wrap the dataset: DataLoader(dataset, batch_size=...).")
-    return loaders
+    return loaders, shape
 
 
 def check_loaders(kind: str, given: Any) -> DataLoader:

@@ -30,7 +30,7 @@ from trainer.loop.data import (
     limit_batches,
     loader_length,
     request_loaders,
-    resolve_loaders,
+    resolve_shaped,
     without_shuffle,
 )
 from trainer.loop.hooks import overrides
@@ -40,6 +40,7 @@ from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_o
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
 from trainer.utilities.combined_loader import CombinedLoader, combined_length
+from trainer.utilities.tree import Shape, unflatten
 from trainer.utilities.seed import attach_worker_init
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -61,6 +62,7 @@ class RunPlan:
         self.train_source: DataLoader | CombinedLoader | None = None
         self.first_train_loader: Any = None  # the (first) training loader as given, before preparing
         self.combined: CombinedLoader | None = None  # several training loaders (None: the one-loader path)
+        self.shapes: dict[str, Shape | None] = {}  # how each kind's evaluation loaders were given ("val", ...)
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
         self.num_val_batches: list[int | None] = []
@@ -95,12 +97,18 @@ class RunPlan:
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
+        # As Lightning: with a sanity check to run, the validation loaders are asked for first (the loaders are
+        # still prepared training first, the order a checkpoint's loader states follow).
+        sanity_first = bool(config.num_sanity_val_steps) and overrides(module, TrainModule, "validation_step")
+        if sanity_first:
+            val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         given = request_loaders("train", train_dataloaders, datamodule, module)
         if given is None:
             raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
                              f"{name}.train_dataloader().")
         combined = training_combination(given)
-        val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
+        if not sanity_first:
+            val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         if val and not overrides(module, TrainModule, "validation_step"):
             warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
                           UserWarning, stacklevel=4)
@@ -147,6 +155,11 @@ class RunPlan:
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
 
+    @staticmethod
+    def _request_val(config: TrainerConfig, given: Any, datamodule: DataModule | None,
+                     module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
+        return resolve_shaped("val", given, datamodule, module) if config.limit_val_batches else ([], None)
+
     def _set_train_loader(self, config: TrainerConfig, loader: DataLoader) -> None:
         """The one-loader path: the loop iterates the prepared loader itself."""
         if config.overfit_batches:
@@ -185,6 +198,25 @@ class RunPlan:
         if self.num_training_batches == 0 and config.limit_train_batches != 0:
             raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
                              f"(mode={combined.mode!r}). Give every loader at least one batch.")
+
+    def _shaped(self, kind: str, loaders: list[DataLoader]) -> Any:
+        shape = self.shapes.get(kind)
+        if shape is None or not loaders:
+            return None if shape is None else loaders
+        return unflatten(loaders, shape)
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """``trainer.val_dataloaders``: the prepared loaders in the shape they were given (one loader, a list...)."""
+        return self._shaped("val", self.val_loaders)
+
+    @property
+    def test_dataloaders(self) -> Any:
+        return self._shaped("test", self.test_loaders)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        return self._shaped("predict", self.predict_loaders)
 
     @property
     def train_dataloader(self) -> Any:
@@ -241,7 +273,7 @@ class RunPlan:
             raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
                                         "batch_idx).")
         source = _SOURCE_OF[kind]
-        loaders = resolve_loaders(source, dataloaders, datamodule, module)
+        loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module)
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
                              f"define {type(module).__name__}.{source}_dataloader().")
