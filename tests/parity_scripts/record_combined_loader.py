@@ -11,6 +11,8 @@ and ``trainer.num_training_batches`` (also with ``limit_train_batches``).
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import CombinedLoader
@@ -82,7 +84,15 @@ def main() -> None:
         combined.limits = [1, 2, 3]
     except ValueError as error:
         print("limits error", str(error))
+    sequential = CombinedLoader([range(3), range(4)], "sequential")
+    sequential.limits = 2
+    iter(sequential)
+    print("sequential limits", len(sequential), list(sequential))
+    pair = namedtuple("Pair", "left right")
+    print("namedtuple", next(iter(CombinedLoader(pair(range(2), range(2)), "min_size"))))
+    print("tuple", next(iter(CombinedLoader((range(2), range(2)), "min_size"))))
     fit_shapes()
+    fit_cadence()
 
 
 class Recorder(LightningModule):
@@ -121,6 +131,45 @@ def fit_shapes() -> None:
         Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
     except ValueError as error:
         print("fit sequential", str(error))
+
+
+
+class Counting(Recorder):
+    """Counts validation batches per dataloader_idx and the optimizer steps."""
+
+    def __init__(self, data: object, val: object) -> None:
+        super().__init__(data)
+        self.val = val
+        self.val_seen: list[int] = []
+
+    def val_dataloader(self) -> object:
+        return self.val
+
+    def validation_step(self, batch: object, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.val_seen.append(dataloader_idx)
+
+    def predict_step(self, batch: object, batch_idx: int, dataloader_idx: int = 0) -> object:
+        return batch
+
+
+def fit_cadence() -> None:
+    a, b = DataLoader(torch.arange(8.0), batch_size=2), DataLoader(torch.arange(2.0), batch_size=2)
+    val = {"x": DataLoader(torch.arange(4.0), batch_size=2), "y": DataLoader(torch.arange(2.0), batch_size=2)}
+    model = Counting({"a": a, "b": b}, val)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=3, val_check_interval=2, num_sanity_val_steps=0,
+                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False)
+    trainer.fit(model)
+    print("cadence global_step", trainer.global_step, "num_training_batches", trainer.num_training_batches,
+          "val idx", model.val_seen, "val_dataloaders", type(trainer.val_dataloaders).__name__,
+          sorted(trainer.val_dataloaders), "train_dataloader", type(trainer.train_dataloader).__name__,
+          sorted(trainer.train_dataloader))
+    trainer.validate(model, DataLoader(torch.arange(4.0), batch_size=2), verbose=False)
+    print("validate one loader", type(trainer.val_dataloaders).__name__)
+    try:
+        trainer.predict(model, CombinedLoader([DataLoader(torch.arange(2.0))], "max_size"))
+    except ValueError as error:
+        print("predict max_size", str(error))
 
 
 if __name__ == "__main__":

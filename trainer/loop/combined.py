@@ -38,16 +38,19 @@ def training_combination(given: Any) -> CombinedLoader | None:
         True
     """
     if isinstance(given, CombinedLoader):
-        if given.mode not in TRAIN_MODES:
-            # Lightning's text first (tests match on it), then the fix.
-            raise ValueError(f'`_FitLoop` does not support the `CombinedLoader(mode="{given.mode}")` mode. The '
-                             f"available modes are: {list(TRAIN_MODES)}. Received mode={given.mode!r}: fit takes "
-                             "one batch of every loader per step; sequential mode is for validate, test and "
-                             "predict.")
         return given
     if isinstance(given, (dict, list, tuple)):
         return CombinedLoader(given, "max_size_cycle")
     return None
+
+
+def check_train_mode(combined: CombinedLoader) -> None:
+    """Refuse a mode ``fit`` cannot train in (``"sequential"``: one loader's batch at a time)."""
+    if combined.mode not in TRAIN_MODES:
+        # Lightning's text first (tests match on it), then the fix.
+        raise ValueError(f'`_FitLoop` does not support the `CombinedLoader(mode="{combined.mode}")` mode. The '
+                         f"available modes are: {list(TRAIN_MODES)}. Received mode={combined.mode!r}: fit takes one "
+                         "batch of every loader per step; sequential mode is for validate, test and predict.")
 
 
 def loader_len(loader: Any) -> int | None:

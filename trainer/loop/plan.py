@@ -23,7 +23,7 @@ from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
-from trainer.loop.combined import CombinedTrainData, training_combination
+from trainer.loop.combined import CombinedTrainData, check_train_mode, training_combination
 from trainer.loop.data import (
     check_loaders,
     check_not_empty,
@@ -195,6 +195,7 @@ class RunPlan:
                   for p in prepared]
         total = combined_length(combined, [float("inf") if n is None else n for n in counts])
         self.num_training_batches = None if total == float("inf") else int(total)
+        check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
         if self.num_training_batches == 0 and config.limit_train_batches != 0:
             raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
                              f"(mode={combined.mode!r}). Give every loader at least one batch.")
