@@ -220,7 +220,9 @@ def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) ->
         raise ValueError(f"Trainer(model_registry={model_registry!r}) is not supported: Ember uploads nothing; "
                          "load local checkpoints with load_from_checkpoint.")
     if not isinstance(reload_every, int) or isinstance(reload_every, bool) or reload_every < 0:
-        from trainer.utilities.exceptions import MisconfigurationException  # a ValueError, as Lightning raises
+        from trainer.utilities.exceptions import (
+            MisconfigurationException,  # a ValueError, as Lightning raises
+        )
 
         raise MisconfigurationException(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got "
                                         f"{reload_every}. Trainer(reload_dataloaders_every_n_epochs=...) must be an "

@@ -40,8 +40,8 @@ from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_o
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
 from trainer.utilities.combined_loader import CombinedLoader, combined_length
-from trainer.utilities.tree import Shape, unflatten
 from trainer.utilities.seed import attach_worker_init
+from trainer.utilities.tree import Shape, unflatten
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}

@@ -97,7 +97,7 @@ class CombinedLoader(Iterable[Item]):
         return self._limits
 
     @limits.setter
-    def limits(self, limits: int | float | list[int | float] | None) -> None:
+    def limits(self, limits: float | list[int | float] | None) -> None:
         if isinstance(limits, (int, float)):
             limits = [limits] * len(self._flattened)
         elif isinstance(limits, list) and len(limits) != len(self._flattened):
