@@ -16,9 +16,12 @@ sampler states.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from torch.utils.data import DataLoader
+
+from trainer.loop.data import limit_batches, loader_length, without_shuffle
 from trainer.utilities.combined_loader import CombinedLoader, combined_length
 from trainer.utilities.tree import unflatten
 
@@ -51,6 +54,27 @@ def check_train_mode(combined: CombinedLoader) -> None:
         raise ValueError(f'`_FitLoop` does not support the `CombinedLoader(mode="{combined.mode}")` mode. The '
                          f"available modes are: {list(TRAIN_MODES)}. Received mode={combined.mode!r}: fit takes one "
                          "batch of every loader per step; sequential mode is for validate, test and predict.")
+
+
+def prepare_combined(combined: CombinedLoader, prepare: Callable[[DataLoader], DataLoader], overfit: float,
+                     limit: float) -> tuple[CombinedTrainData, int | None]:
+    """Prepare each of ``combined``'s loaders with ``prepare`` (the engine), put them in its place, and return
+    the loop's iterable and the epoch's batch count (``limit_train_batches`` applies to each loader, then the
+    mode combines the counts, as in Lightning; None when unknown)."""
+    for loader in combined.flattened:  # each one's position is saved for an exact resume: DataLoaders only
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"The train data must be a torch.utils.data.DataLoader or a collection of them. "
+                            f"Received: {type(loader).__name__} inside {type(combined.iterables).__name__}. "
+                            "Wrap each dataset: DataLoader(dataset, batch_size=...).")
+    prepared = [prepare(without_shuffle(loader) if overfit else loader) for loader in combined.flattened]
+    combined.flattened = prepared
+    counts = [limit_batches(loader_length(p), limit, "limit_train_batches") for p in prepared]
+    total = combined_length(combined, [float("inf") if n is None else n for n in counts])
+    count = None if total == float("inf") else int(total)
+    if count == 0 and limit != 0 and combined.mode in TRAIN_MODES:
+        raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
+                         f"(mode={combined.mode!r}). Give every loader at least one batch.")
+    return CombinedTrainData(combined), count
 
 
 def loader_len(loader: Any) -> int | None:

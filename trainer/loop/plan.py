@@ -23,7 +23,7 @@ from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
-from trainer.loop.combined import CombinedTrainData, check_train_mode, training_combination
+from trainer.loop.combined import CombinedTrainData, check_train_mode, prepare_combined, training_combination
 from trainer.loop.data import (
     check_loaders,
     check_not_empty,
@@ -39,7 +39,7 @@ from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
-from trainer.utilities.combined_loader import CombinedLoader, combined_length
+from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.seed import attach_worker_init
 from trainer.utilities.tree import Shape, unflatten
 
@@ -176,29 +176,14 @@ class RunPlan:
 
     def _set_combined_train(self, config: TrainerConfig, combined: CombinedLoader) -> None:
         """Several training loaders: each prepared on its own, walked together in ``combined``'s mode."""
-        for loader in combined.flattened:  # each one's position is saved for an exact resume: DataLoaders only
-            if not isinstance(loader, DataLoader):
-                raise TypeError(f"The train data must be a torch.utils.data.DataLoader or a collection of them. "
-                                f"Received: {type(loader).__name__} inside {type(combined.iterables).__name__}. "
-                                "Wrap each dataset: DataLoader(dataset, batch_size=...).")
-        given = [without_shuffle(x) if config.overfit_batches else x for x in combined.flattened]
-        self.train_source = combined
-        self.first_train_loader = given[0] if given else None
-        prepared = [self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
-                    for loader in given]
-        self.prepared += ["train loader"] * len(prepared)
-        combined.flattened = prepared
-        self.combined = combined
-        self.train_loader = CombinedTrainData(combined)
-        # As Lightning: limit_train_batches applies to each loader, then the mode combines the counts.
-        counts = [limit_batches(loader_length(p), config.limit_train_batches, "limit_train_batches")
-                  for p in prepared]
-        total = combined_length(combined, [float("inf") if n is None else n for n in counts])
-        self.num_training_batches = None if total == float("inf") else int(total)
+        self.train_source, self.combined = combined, combined
+        self.first_train_loader = combined.flattened[0] if combined.flattened else None
+        prepare = self.accelerator.prepare
+        self.train_loader, self.num_training_batches = prepare_combined(
+            combined, lambda loader: prepare(attach_worker_init(loader, self.accelerator.process_index)),
+            config.overfit_batches, config.limit_train_batches)
+        self.prepared += ["train loader"] * len(combined.flattened)
         check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
-        if self.num_training_batches == 0 and config.limit_train_batches != 0:
-            raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
-                             f"(mode={combined.mode!r}). Give every loader at least one batch.")
 
     def _shaped(self, kind: str, loaders: list[DataLoader]) -> Any:
         shape = self.shapes.get(kind)
