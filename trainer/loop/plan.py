@@ -35,6 +35,7 @@ from trainer.loop.data import (
 )
 from trainer.loop.hooks import overrides
 from trainer.loop.precision import TruePrecision
+from trainer.loop.transfer import Transfer, batch_transfer
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
@@ -62,6 +63,7 @@ class RunPlan:
         self.train_source: DataLoader | CombinedLoader | None = None
         self.first_train_loader: Any = None  # the (first) training loader as given, before preparing
         self.combined: CombinedLoader | None = None  # several training loaders (None: the one-loader path)
+        self.transfer: Transfer | None = None  # the batch-transfer hooks (None: none overridden)
         self.shapes: dict[str, Shape | None] = {}  # how each kind's evaluation loaders were given ("val", ...)
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
@@ -97,6 +99,7 @@ class RunPlan:
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
+        self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
         # As Lightning: with a sanity check to run, the validation loaders are asked for first (the loaders are
         # still prepared training first, the order a checkpoint's loader states follow).
         sanity_first = bool(config.num_sanity_val_steps) and overrides(module, TrainModule, "validation_step")
@@ -155,6 +158,10 @@ class RunPlan:
                                    for name in ("configure_gradient_clipping", "clip_gradients"))
         self.clip = config.gradient_clip_val is not None or self.custom_clipping
 
+    def _prepare_loader(self, loader: DataLoader) -> DataLoader:
+        # With batch-transfer hooks, the hooks move each batch to the device (not the loader).
+        return self.accelerator.prepare(loader, device_placement=[False] if self.transfer is not None else None)
+
     @staticmethod
     def _request_val(config: TrainerConfig, given: Any, datamodule: DataModule | None,
                      module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
@@ -167,7 +174,7 @@ class RunPlan:
         self.train_source = loader  # as given (not prepared): what a learning-rate search inside fit trains on
         self.first_train_loader = loader
         # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
-        self.train_loader = self.accelerator.prepare(attach_worker_init(loader, self.accelerator.process_index))
+        self.train_loader = self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index))
         self.prepared.append("train loader")
         self.combined = None
         check_not_empty(loader, self.train_loader, self.accelerator.num_processes)
@@ -178,9 +185,8 @@ class RunPlan:
         """Several training loaders: each prepared on its own, walked together in ``combined``'s mode."""
         self.train_source, self.combined = combined, combined
         self.first_train_loader = combined.flattened[0] if combined.flattened else None
-        prepare = self.accelerator.prepare
         self.train_loader, self.num_training_batches = prepare_combined(
-            combined, lambda loader: prepare(attach_worker_init(loader, self.accelerator.process_index)),
+            combined, lambda loader: self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index)),
             config.overfit_batches, config.limit_train_batches)
         self.prepared += ["train loader"] * len(combined.flattened)
         check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
@@ -224,7 +230,7 @@ class RunPlan:
         return optimizers, configs
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
-        self.val_loaders = [self.accelerator.prepare(loader) for loader in val]
+        self.val_loaders = [self._prepare_loader(loader) for loader in val]
         self.prepared += ["val loader"] * len(val)
         self.num_val_batches = [limit_batches(loader_length(v), config.limit_val_batches, "limit_val_batches")
                                 for v in self.val_loaders]
@@ -259,6 +265,7 @@ class RunPlan:
             raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
                                         "batch_idx).")
         source = _SOURCE_OF[kind]
+        self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
         loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module)
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
@@ -268,7 +275,7 @@ class RunPlan:
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches
         limit = config.limit_test_batches if kind == "test" else config.limit_predict_batches
-        prepared = [self.accelerator.prepare(loader) for loader in loaders]
+        prepared = [self._prepare_loader(loader) for loader in loaders]
         self.prepared += [f"{kind} loader"] * len(loaders)
         counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
         if kind == "test":
