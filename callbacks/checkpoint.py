@@ -324,7 +324,7 @@ class ModelCheckpoint(Callback):
             return self.save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
             return False
-        if trainer.val_dataloaders is None or not any(n is None or n > 0 for n in trainer.num_val_batches):
+        if not any(n is None or n > 0 for n in trainer.num_val_batches):
             return True  # nothing validates: the epoch's end is the only point
         # Validation once per epoch runs just before the epoch's end; several times per epoch: after each.
         return isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0
@@ -469,12 +469,7 @@ class ModelCheckpoint(Callback):
                     continue
                 if os.path.islink(path) and trainer.is_global_zero:
                     os.unlink(path)  # a link of an earlier run (save_last="link"): the copy takes its place
-                # Lightning's call, (filepath, weights_only): a Trainer subclass overriding save_checkpoint with
-                # Lightning's signature works; async_save only when asked for.
-                if asynchronous:
-                    trainer.save_checkpoint(path, self.save_weights_only, async_save=True)
-                else:
-                    trainer.save_checkpoint(path, self.save_weights_only)
+                trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
                 self._report(trainer, path, score, epoch, step, asynchronous)
         except BaseException:
             self.load_state_dict(before)

@@ -112,18 +112,17 @@ class EarlyStopping(Callback):
         else:
             interval = trainer.val_check_interval
             once_per_epoch = isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
-            self._check_at_epoch_end = once_per_epoch or trainer.val_dataloaders is None
+            self._check_at_epoch_end = once_per_epoch or not trainer.num_val_batches  # no validation loaders
 
     def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:
-            self._run_early_stopping_check(trainer)
+            self._check(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and self._check_at_epoch_end:
-            self._run_early_stopping_check(trainer)
+            self._check(trainer)
 
-    def _run_early_stopping_check(self, trainer: TrainerView) -> None:
-        """One check of the monitored metric (Lightning's name: subclasses written for it override this)."""
+    def _check(self, trainer: TrainerView) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             message = (f"EarlyStopping(monitor={self.monitor!r}) found no such metric. Logged metrics: "

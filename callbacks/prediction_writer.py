@@ -87,7 +87,7 @@ class BasePredictionWriter(Callback):
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def on_predict_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
-        loaders = _as_list(trainer.predict_dataloaders)
+        loaders = _flat(trainer.predict_dataloaders)
         self._seen = {i: _recorder(loader) for i, loader in enumerate(loaders)}
         self._predictions = [[] for _ in loaders]
         self._epoch_indices = [[] for _ in loaders]
@@ -108,7 +108,7 @@ class BasePredictionWriter(Callback):
             self.write_on_epoch_end(trainer, pl_module, predictions, self._epoch_indices)
         for i, seen in self._seen.items():
             if seen is not None:
-                _as_list(trainer.predict_dataloaders)[i].record_batch_indices(False)
+                _flat(trainer.predict_dataloaders)[i].record_batch_indices(False)
         self._predictions, self._epoch_indices, self._seen = [], [], {}
 
     # -- batch indices -----------------------------------------------------------------------------------------
@@ -154,6 +154,11 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def _as_list(loaders: Any) -> list[Any]:
-    """``trainer.predict_dataloaders`` (one loader, a list of several, or None) as a list."""
-    return [] if loaders is None else loaders if isinstance(loaders, list) else [loaders]
+def _flat(loaders: Any) -> list[Any]:
+    """The predict loaders in order (``trainer.predict_dataloaders`` has the shape they were given in: one
+    loader, or a list / tuple / dict of them)."""
+    if isinstance(loaders, dict):
+        return [leaf for value in loaders.values() for leaf in _flat(value)]
+    if isinstance(loaders, (list, tuple)):
+        return [leaf for value in loaders for leaf in _flat(value)]
+    return [] if loaders is None else [loaders]

@@ -100,7 +100,7 @@ class ProgressBar(Callback):
         """Validation batches of this epoch, over every loader (0 when the epoch does not validate)."""
         trainer = self.trainer
         every = trainer.check_val_every_n_epoch
-        if trainer.val_dataloaders is None or (every is not None and (trainer.current_epoch + 1) % every != 0):
+        if not trainer.num_val_batches or (every is not None and (trainer.current_epoch + 1) % every != 0):
             return 0
         counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
         return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)
@@ -155,8 +155,7 @@ class ProgressBar(Callback):
     # -- training ---------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # From 0, as current_epoch, checkpoint names and resume messages: one numbering everywhere.
-        limit = trainer.max_epochs
-        epochs = f"/{limit - 1}" if limit is not None and limit >= 0 else ""
+        epochs = f"/{trainer.max_epochs - 1}" if trainer.max_epochs is not None else ""
         self._train = self._start(f"Epoch {trainer.current_epoch}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
         self._first_batch = trainer.state.batch_in_epoch  # batches of this epoch done before a resume

@@ -33,13 +33,29 @@ def check_count(name: str, value: Any, minimum: int = 0, allow_none: bool = True
 
 
 def check_limit(name: str, value: Any) -> int | float:
-    """A ``limit_*_batches`` / ``overfit_batches`` value: an int >= 0 (batches) or a float in [0, 1] (fraction)."""
+    """A ``limit_*_batches`` / ``overfit_batches`` value: an int >= 0 (batches) or a float in [0, 1] (fraction);
+    a whole float above 1 (``1e50``) counts as that many batches, as in Lightning.
+
+    Example:
+        >>> check_limit("limit_val_batches", 0.25), check_limit("limit_val_batches", 3.0)
+        (0.25, 3)
+    """
     if is_int(value) and value >= 0:
         return int(value)
     if isinstance(value, float) and 0.0 <= value <= 1.0:
         return value
-    raise ValueError(f"Trainer({name}=...) must be an int >= 0 (a number of batches) or a float in [0.0, 1.0] (a "
-                     f"fraction of the loader). Received: {value!r}.")
+    if isinstance(value, float) and value > 1 and value % 1.0 == 0:
+        return int(value)
+    raise _invalid_limit(name, value, "an int >= 0 (a number of batches) or a float in [0.0, 1.0] (a fraction of "
+                                      "the loader)")
+
+
+def _invalid_limit(name: str, value: Any, expected: str) -> ValueError:
+    from trainer.utilities.exceptions import MisconfigurationException  # a ValueError, as Lightning raises
+
+    # Lightning's text first (code may match on it), then what Ember takes.
+    return MisconfigurationException(f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] "
+                                     f"or an int. Trainer({name}=...) must be {expected}. Received: {value!r}.")
 
 
 def check_epochs_and_steps(max_epochs: Any, max_steps: Any, max_time: float | None) -> tuple[int | None, int | None,
@@ -138,11 +154,13 @@ def check_val_check_interval(value: Any) -> Any:
         return int(value)
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
+    if isinstance(value, float) and value > 1 and value % 1.0 == 0:
+        return int(value)
     if val_check_seconds(value) is not None:
         return value
-    raise ValueError(f"Trainer(val_check_interval=...) must be an int >= 1 (training batches), a float in "
-                     f"(0.0, 1.0] (a fraction of the epoch) or a time ('DD:HH:MM:SS', a timedelta or a dict such as "
-                     f"{{'minutes': 30}}). Received: {value!r}.")
+    raise _invalid_limit("val_check_interval", value, "an int >= 1 (training batches), a float in (0.0, 1.0] (a "
+                         "fraction of the epoch) or a time ('DD:HH:MM:SS', a timedelta or a dict such as "
+                         "{'minutes': 30})")
 
 
 def val_check_seconds(value: Any) -> float | None:
@@ -170,8 +188,11 @@ def check_fast_dev_run(value: Any) -> int:
         return int(value)
     if is_int(value) and value >= 0:
         return int(value)
-    raise ValueError(f"Trainer(fast_dev_run=...) must be a bool or an int >= 0 (batches per stage). Received: "
-                     f"{value!r}.")
+    from trainer.utilities.exceptions import MisconfigurationException  # a ValueError, as Lightning raises
+
+    raise MisconfigurationException(f"fast_dev_run={value!r} is not a valid configuration. It should be >= 0. "
+                                    f"Trainer(fast_dev_run=...) must be a bool or an int >= 0 (batches per stage). "
+                                    f"Received: {value!r}.")
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

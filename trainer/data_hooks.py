@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainer.errors import MisconfigurationError
 
 
 class DataHooks:
-    """``prepare_data`` / ``setup`` / ``teardown`` and the four ``*_dataloader`` methods.
+    """``prepare_data`` / ``setup`` / ``teardown``, the four ``*_dataloader`` methods and the batch-transfer hooks.
 
     The trainer only calls a ``*_dataloader`` method that a subclass defines; calling one that is not defined
     raises with what to do instead.
@@ -23,6 +25,21 @@ class DataHooks:
 
     def teardown(self, stage: str) -> None:
         """Release what ``setup`` built; called at the end of fit / validate / test / predict."""
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch before it is moved to the device (called only when overridden)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (tensors inside lists, tuples, dicts, dataclasses); override for custom
+        batch types."""
+        from engine.operations import send_to_device
+
+        return send_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch after it was moved to the device (e.g. GPU augmentation)."""
+        return batch
 
     def _missing(self, method: str, argument: str) -> MisconfigurationError:
         return MisconfigurationError(f"{type(self).__name__} does not define {method}(): define it, or pass "

@@ -42,6 +42,7 @@ from trainer.loop.schedulers import SchedulerStepper
 from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
 from trainer.loop.stepping import check_trainable, detached, loss_of
 from trainer.loop.stop import StopController
+from trainer.loop.transfer import transferred
 from trainer.metrics.logger import LogOptions, MetricLogger
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
@@ -255,7 +256,8 @@ class Trainer:
                 every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs
                 if self.config.fast_dev_run:  # as Lightning: every step's metrics are logged in a fast_dev_run
                     every = 1
-                loader = batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch)
+                loader = transferred(batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch),
+                                     plan.transfer, 0)  # the batch-transfer hooks, where overridden
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
                     size = metrics.new_batch(batch)
@@ -315,7 +317,9 @@ class Trainer:
             return outputs, None
         # The trainer alone decides the accumulation window and tells the engine whether this batch syncs.
         k = self.config.accumulate_grad_batches
-        sync = k == 1 or plan.syncs(batch_idx, k) or self.accelerator.gradient_state.end_of_dataloader
+        # With several training loaders the engine's end-of-loader flag is some loader's, not the epoch's end.
+        sync = k == 1 or plan.syncs(batch_idx, k) or (plan.combined is None and
+                                                      self.accelerator.gradient_state.end_of_dataloader)
         with self.accelerator.accumulate(plan.model, sync=sync):
             outputs = training_step(batch, batch_idx)
             # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.

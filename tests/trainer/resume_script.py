@@ -2,7 +2,8 @@
 
 Shuffled data with random augmentation read by 2 worker processes, dropout, gradient accumulation 2, gradient
 clipping, a step-wise scheduler, validation every epoch, a csv tracker (``--tensorboard``: and TensorBoard;
-``--lr-monitor``: a LearningRateMonitor) and a checkpoint after every optimizer step (or, with
+``--lr-monitor``: a LearningRateMonitor; ``--combined``: a second, shorter shuffled loader combined with the
+first in ``"max_size_cycle"`` mode) and a checkpoint after every optimizer step (or, with
 ``--no-step-checkpoints``, none: then only a preemption saves). ``--kill-at N`` / ``--kill-at-epoch-end
 E`` make rank 0 write ``{dir}/ready`` and freeze at that point, for the test to SIGKILL every process;
 ``--sigterm-at N`` makes rank ``--signal-rank`` send itself SIGTERM. Rank 0 writes the final weights to
@@ -55,8 +56,12 @@ class Net(TrainModule):
                                        torch.nn.Linear(16, 1))
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        if isinstance(batch, dict):  # --combined: {"a": (x, y), "b": (x, y)}, "b" cycled
+            (x, y), (xb, yb) = batch["a"], batch["b"]
+            loss = torch.nn.functional.mse_loss(self.net(x), y) + 0.5 * torch.nn.functional.mse_loss(self.net(xb), yb)
+        else:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.log("train/loss", loss)
         return loss
 
@@ -108,6 +113,8 @@ def main() -> None:
     parser.add_argument("--lr-monitor", action="store_true",
                         help="log the learning rate before each step's batch (at the checkpoint's step)")
     parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard too")
+    parser.add_argument("--combined", action="store_true",
+                        help="train on {'a': the loader, 'b': a shorter shuffled one} (max_size_cycle)")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     # SIGUSR1 prints every thread's stack to stderr, here and in the loader workers forked from here (the handler
@@ -137,6 +144,9 @@ def main() -> None:
     loader = DataLoader(Noisy(44, seed=1), batch_size=4, shuffle=True, num_workers=2,
                         multiprocessing_context="fork")
     val = DataLoader(Noisy(12, seed=2), batch_size=4)
+    train: Any = loader
+    if args.combined:  # 11 batches per epoch, as alone; "b" (5 batches) starts over twice an epoch
+        train = {"a": loader, "b": DataLoader(Noisy(20, seed=3), batch_size=4, shuffle=True)}
 
     class Where(Callback):
         """Appends where each start began (epoch, batch in epoch, step) to ``{dir}/starts.txt``."""
@@ -147,7 +157,7 @@ def main() -> None:
                     handle.write(f"{trainer.current_epoch} {trainer.state.batch_in_epoch} {trainer.global_step}\n")
 
     trainer.callbacks.append(Where())
-    trainer.fit(model, loader, val, ckpt_path=args.ckpt_path)
+    trainer.fit(model, train, val, ckpt_path=args.ckpt_path)
     # The full weights (gathered to rank 0 from the shards under FSDP2; every rank takes part).
     final = trainer.accelerator.get_state_dict(trainer.plan.model) if args.fsdp else model.state_dict()
     if trainer.is_global_zero:

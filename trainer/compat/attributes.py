@@ -134,15 +134,6 @@ def _all(kind: type) -> Callable[[Any], list[Any]]:
     return read
 
 
-def _loaders(attribute: str) -> Callable[[Any], Any]:
-    """The run plan's prepared loaders of one kind as Lightning shows them: the loader when there is one, the list
-    when there are several, ``None`` when there are none (before a run, or validation switched off)."""
-    def read(obj: Any) -> Any:
-        loaders = getattr(obj.plan, attribute)
-        return None if not loaders else loaders[0] if len(loaders) == 1 else loaders
-    return read
-
-
 # Every Lightning attribute name the Trainer shows, with the part that owns the value.
 LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "callbacks": PartField("attached", "callbacks", settable=True),
@@ -165,7 +156,7 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "limit_val_batches": ConfigField(),
     "limit_test_batches": ConfigField(),
     "limit_predict_batches": ConfigField(),
-    "fast_dev_run": ConfigField(),
+    "fast_dev_run": Computed(lambda t: True if t.config.fast_dev_run == 1 else t.config.fast_dev_run),  # 1: True
     "overfit_batches": ConfigField(),
     "log_every_n_steps": ConfigField(),  # 0 under barebones, as in Lightning
     "barebones": ConfigField(),
@@ -173,10 +164,12 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "on_nonfinite_loss": ConfigField(),
     "preemption_exit_code": ConfigField(),
     "project_name": ConfigField(),
-    "train_dataloader": PartField("plan", "train_loader"),
-    "val_dataloaders": Computed(_loaders("val_loaders")),  # as Lightning: one loader, a list of several, or None
-    "test_dataloaders": Computed(_loaders("test_loaders")),
-    "predict_dataloaders": Computed(_loaders("predict_loaders")),
+    "train_dataloader": PartField("plan", "train_dataloader"),  # a combined collection as given
+    # The loaders in the shape they were given (one loader, or a list / dict of them), prepared, as Lightning.
+    "val_dataloaders": PartField("plan", "val_dataloaders"),
+    "test_dataloaders": PartField("plan", "test_dataloaders"),
+    "predict_dataloaders": PartField("plan", "predict_dataloaders"),
+    "enable_validation": Computed(lambda t: bool(t.plan.val_loaders)),  # a fit's validation loop runs
     "num_training_batches": PartField("plan", "num_training_batches"),
     "num_val_batches": PartField("plan", "num_val_batches"),
     "num_sanity_val_batches": PartField("plan", "num_sanity_val_batches"),

@@ -220,8 +220,13 @@ def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) ->
         raise ValueError(f"Trainer(model_registry={model_registry!r}) is not supported: Ember uploads nothing; "
                          "load local checkpoints with load_from_checkpoint.")
     if not isinstance(reload_every, int) or isinstance(reload_every, bool) or reload_every < 0:
-        raise ValueError(f"Trainer(reload_dataloaders_every_n_epochs=...) must be an int >= 0. Received: "
-                         f"{reload_every!r}.")
+        from trainer.utilities.exceptions import (
+            MisconfigurationException,  # a ValueError, as Lightning raises
+        )
+
+        raise MisconfigurationException(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got "
+                                        f"{reload_every}. Trainer(reload_dataloaders_every_n_epochs=...) must be an "
+                                        f"int >= 0. Received: {reload_every!r}.")
     if reload_every > 0:
         raise ValueError(f"Trainer(reload_dataloaders_every_n_epochs={reload_every}) is not supported: Ember "
                          "prepares each loader once per fit so a resume restores its exact position. Change the "

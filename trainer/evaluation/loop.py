@@ -13,6 +13,7 @@ from trainer.evaluation.exact import drop_padding, metric_states_kept
 from trainer.evaluation.predict import gather_step
 from trainer.loop.hooks import HookTable
 from trainer.loop.plan import RunPlan, batches
+from trainer.loop.transfer import transferred
 from trainer.metrics.logger import MetricLogger, to_python
 from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
@@ -88,7 +89,8 @@ class EvaluationLoop:
         hooks.call(f"on_{x}_epoch_start")
         for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
             metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
-            for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", batches(loader, count)):
+            numbered = transferred(batches(loader, count), self.plan.transfer, dl_idx)
+            for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", numbered):
                 batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
                 metrics.new_batch(batch, padding)
                 # As in Lightning, dataloader_idx is only passed when there are several loaders.
@@ -128,7 +130,8 @@ class EvaluationLoop:
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
         for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
-            for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", batches(loader, count)):
+            numbered = transferred(batches(loader, count), self.plan.transfer, dl_idx)
+            for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", numbered):
                 step_args = (batch, batch_idx) if len(loaders) == 1 else (batch, batch_idx, dl_idx)
                 hooks.call("on_predict_batch_start", *step_args)
                 with profile(hooks.profiler, "predict_step"):

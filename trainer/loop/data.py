@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 from torch.utils.data import DataLoader, SequentialSampler
@@ -11,20 +10,15 @@ from torch.utils.data import DataLoader, SequentialSampler
 from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
 from trainer.module import TrainModule
+from trainer.utilities.combined_loader import CombinedLoader
+from trainer.utilities.tree import Shape, flatten
 
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
 
 
-def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule) -> list[DataLoader]:
-    """The loaders of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``): those passed in, else the data
-    module's ``{kind}_dataloader()``, else the module's; an empty list when none of them provides any.
-
-    Example:
-        >>> import torch
-        >>> loader = DataLoader(torch.arange(4.0), batch_size=2)
-        >>> resolve_loaders("val", [loader, loader], None, TrainModule())  == [loader, loader]
-        True
-    """
+def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule) -> Any:
+    """The data of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``) as given: passed in, else the data
+    module's ``{kind}_dataloader()``, else the module's; None when none of them provides any."""
     method = f"{kind}_dataloader"
     if given is not None and datamodule is not None:
         raise ValueError(f"Both {KINDS[kind]}= and datamodule= were given: pass the loaders through one of them.")
@@ -32,17 +26,55 @@ def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module
         given = getattr(datamodule, method)()
     elif given is None and overrides(module, TrainModule, method):
         given = getattr(module, method)()
+    return given
+
+
+def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule) -> list[DataLoader]:
+    """The loaders of ``kind`` (``"val"``, ``"test"``, ``"predict"``; see ``request_loaders``) as a flat list, in
+    order: a dict, list or tuple (nested too) or a ``CombinedLoader`` in ``"sequential"`` mode gives its loaders one
+    after the other, as in Lightning; an empty list when nothing provides any.
+
+    Example:
+        >>> import torch
+        >>> loader = DataLoader(torch.arange(4.0), batch_size=2)
+        >>> resolve_loaders("val", [loader, loader], None, TrainModule())  == [loader, loader]
+        True
+        >>> resolve_loaders("val", {"a": loader}, None, TrainModule())  == [loader]
+        True
+    """
+    return resolve_shaped(kind, given, datamodule, module)[0]
+
+
+def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None,
+                   module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
+    """``resolve_loaders``, and the shape the loaders were given in (``trainer.val_dataloaders`` & co. show them
+    in it; None when nothing provides any)."""
+    given = request_loaders(kind, given, datamodule, module)
     if given is None:
-        return []
-    loaders = list(given) if isinstance(given, Sequence) else [given]
+        return [], None
+    if isinstance(given, CombinedLoader):
+        if given.mode != "sequential":
+            stage = {"val": "validate", "test": "test", "predict": "predict"}.get(kind, kind)
+            raise ValueError(f"`trainer.{stage}()` only supports the `CombinedLoader(mode=\"sequential\")` mode. "
+                             f"Received mode={given.mode!r}: pass the loaders as a list or dict (run one after the "
+                             "other) or CombinedLoader(..., mode=\"sequential\").")
+        loaders, shape = list(given.flattened), given.shape
+    else:
+        loaders, shape = flatten(given)
     for loader in loaders:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or a list of them). Received: "
                             f"{type(loader).__name__}. Wrap the dataset: DataLoader(dataset, batch_size=...).")
-    if kind == "train" and len(loaders) != 1:
-        raise ValueError(f"fit takes one training DataLoader. Received {len(loaders)}: combine the datasets into "
-                         "one (e.g. torch.utils.data.ConcatDataset).")
-    return loaders
+    return loaders, shape
+
+
+def check_loaders(kind: str, given: Any) -> DataLoader:
+    """The one ``DataLoader`` of the one-loader training path (``given`` is neither a collection nor combined)."""
+    if not isinstance(given, DataLoader):
+        raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader, a dict / list / tuple of them, or a "
+                        f"CombinedLoader. Received: {type(given).__name__}. Wrap the dataset: DataLoader(dataset, "
+                        "batch_size=...).")
+    return given
 
 
 def loader_length(loader: Any) -> int | None:

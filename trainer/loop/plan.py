@@ -23,14 +23,26 @@ from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
-from trainer.loop.data import check_not_empty, limit_batches, loader_length, resolve_loaders, without_shuffle
+from trainer.loop.combined import CombinedTrainData, check_train_mode, prepare_combined, training_combination
+from trainer.loop.data import (
+    check_loaders,
+    check_not_empty,
+    limit_batches,
+    loader_length,
+    request_loaders,
+    resolve_shaped,
+    without_shuffle,
+)
 from trainer.loop.hooks import overrides
 from trainer.loop.precision import TruePrecision
+from trainer.loop.transfer import Transfer, batch_transfer
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
 from trainer.tools.compiling import Compiler
+from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.seed import attach_worker_init, isolate_rng
+from trainer.utilities.tree import Shape, unflatten
 
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
@@ -47,8 +59,12 @@ class RunPlan:
         self.accelerator = accelerator
         self.strategy = strategy  # trainer.strategy (a ModelParallelStrategy's module splits itself)
         self.prepared: list[str] = []
-        self.train_loader: DataLoader | None = None
-        self.train_source: DataLoader | None = None
+        self.train_loader: DataLoader | CombinedTrainData | None = None
+        self.train_source: DataLoader | CombinedLoader | None = None
+        self.first_train_loader: Any = None  # the (first) training loader as given, before preparing
+        self.combined: CombinedLoader | None = None  # several training loaders (None: the one-loader path)
+        self.transfer: Transfer | None = None  # the batch-transfer hooks (None: none overridden)
+        self.shapes: dict[str, Shape | None] = {}  # how each kind's evaluation loaders were given ("val", ...)
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
         self.num_val_batches: list[int | None] = []
@@ -85,32 +101,30 @@ class RunPlan:
         """
         name = type(module).__name__
         manual = not module.automatic_optimization
-        validates = bool(config.limit_val_batches) and overrides(module, TrainModule, "validation_step")
-        val = None
-        if validates and sanity_check and config.num_sanity_val_steps != 0:
-            # As Lightning: its sanity check asks for the validation loaders before the training ones, under an
-            # isolated random state, so loaders built from the global generator get the data they get there.
+        self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
+        # As Lightning: with a sanity check to run, the validation loaders are asked for first, under an isolated
+        # random state, so loaders built from the global generator get the data they get there (the loaders are
+        # still prepared training first, the order a checkpoint's loader states follow).
+        sanity_first = (sanity_check and config.num_sanity_val_steps != 0 and bool(config.limit_val_batches)
+                        and overrides(module, TrainModule, "validation_step"))
+        if sanity_first:
             with isolate_rng():
-                val = resolve_loaders("val", val_dataloaders, datamodule, module)
-        train = resolve_loaders("train", train_dataloaders, datamodule, module)
-        if not train:
+                val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
+        given = request_loaders("train", train_dataloaders, datamodule, module)
+        if given is None:
             raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
                              f"{name}.train_dataloader().")
-        if val is None:
-            val = resolve_loaders("val", val_dataloaders, datamodule, module) if config.limit_val_batches else []
+        combined = training_combination(given)
+        if not sanity_first:
+            val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         if val and not overrides(module, TrainModule, "validation_step"):
             warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
                           UserWarning, stacklevel=4)
             val = []
-        if config.overfit_batches:
-            train = [without_shuffle(train[0])]
-        self.train_source = train[0]  # as given (not prepared): what a learning-rate search inside fit trains on
-        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
-        self.train_loader = self.accelerator.prepare(attach_worker_init(train[0], self.accelerator.process_index))
-        self.prepared.append("train loader")
-        check_not_empty(train[0], self.train_loader, self.accelerator.num_processes)
-        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
-                                                  "limit_train_batches")
+        if combined is None:
+            self._set_train_loader(config, check_loaders("train", given))
+        else:
+            self._set_combined_train(config, combined)
         self._set_val_loaders(config, val)
         backend = self.accelerator.backend
         if backend.prepares_jointly:  # DeepSpeed: the model is built with its optimizer and scheduler
@@ -121,7 +135,7 @@ class RunPlan:
             self._configure_model(module)
             optimizers, configs = self._optimizers_of(module, manual)
             backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
-                                       micro_batch_size=getattr(train[0], "batch_size", None),
+                                       micro_batch_size=getattr(self.first_train_loader, "batch_size", None),
                                        clip_value=config.gradient_clip_val,
                                        clip_algorithm=config.gradient_clip_algorithm or "norm")
             prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
@@ -155,6 +169,63 @@ class RunPlan:
         """The module the prepared model steps (``None`` before a set-up)."""
         return None if self._model_for is None else self._model_for[0]
 
+    def _prepare_loader(self, loader: DataLoader) -> DataLoader:
+        # With batch-transfer hooks, the hooks move each batch to the device (not the loader).
+        return self.accelerator.prepare(loader, device_placement=[False] if self.transfer is not None else None)
+
+    @staticmethod
+    def _request_val(config: TrainerConfig, given: Any, datamodule: DataModule | None,
+                     module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
+        return resolve_shaped("val", given, datamodule, module) if config.limit_val_batches else ([], None)
+
+    def _set_train_loader(self, config: TrainerConfig, loader: DataLoader) -> None:
+        """The one-loader path: the loop iterates the prepared loader itself."""
+        if config.overfit_batches:
+            loader = without_shuffle(loader)
+        self.train_source = loader  # as given (not prepared): what a learning-rate search inside fit trains on
+        self.first_train_loader = loader
+        # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
+        self.train_loader = self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index))
+        self.prepared.append("train loader")
+        self.combined = None
+        check_not_empty(loader, self.train_loader, self.accelerator.num_processes)
+        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
+                                                  "limit_train_batches")
+
+    def _set_combined_train(self, config: TrainerConfig, combined: CombinedLoader) -> None:
+        """Several training loaders: each prepared on its own, walked together in ``combined``'s mode."""
+        self.train_source, self.combined = combined, combined
+        self.first_train_loader = combined.flattened[0] if combined.flattened else None
+        self.train_loader, self.num_training_batches = prepare_combined(
+            combined, lambda loader: self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index)),
+            config.overfit_batches, config.limit_train_batches)
+        self.prepared += ["train loader"] * len(combined.flattened)
+        check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
+
+    def _shaped(self, kind: str, loaders: list[DataLoader]) -> Any:
+        shape = self.shapes.get(kind)
+        if shape is None or not loaders:
+            return None if shape is None else loaders
+        return unflatten(loaders, shape)
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """``trainer.val_dataloaders``: the prepared loaders in the shape they were given (one loader, a list...)."""
+        return self._shaped("val", self.val_loaders)
+
+    @property
+    def test_dataloaders(self) -> Any:
+        return self._shaped("test", self.test_loaders)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        return self._shaped("predict", self.predict_loaders)
+
+    @property
+    def train_dataloader(self) -> Any:
+        """``trainer.train_dataloader``: the prepared loader, or the combined collection of prepared loaders."""
+        return self.combined.iterables if self.combined is not None else self.train_loader
+
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
         optimizers, configs = parse_optimizers(module.configure_optimizers(), manual)
@@ -170,7 +241,7 @@ class RunPlan:
         return optimizers, configs
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
-        self.val_loaders = [self.accelerator.prepare(loader) for loader in val]
+        self.val_loaders = [self._prepare_loader(loader) for loader in val]
         self.prepared += ["val loader"] * len(val)
         self.num_val_batches = [limit_batches(loader_length(v), config.limit_val_batches, "limit_val_batches")
                                 for v in self.val_loaders]
@@ -205,7 +276,8 @@ class RunPlan:
             raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
                                         "batch_idx).")
         source = _SOURCE_OF[kind]
-        loaders = resolve_loaders(source, dataloaders, datamodule, module)
+        self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
+        loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module)
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
                              f"define {type(module).__name__}.{source}_dataloader().")
@@ -214,7 +286,7 @@ class RunPlan:
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches
         limit = config.limit_test_batches if kind == "test" else config.limit_predict_batches
-        prepared = [self.accelerator.prepare(loader) for loader in loaders]
+        prepared = [self._prepare_loader(loader) for loader in loaders]
         self.prepared += [f"{kind} loader"] * len(loaders)
         counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
         if kind == "test":
@@ -320,6 +392,9 @@ class RunPlan:
         it). Validation passes never span a checkpoint, so a restored one starts from its first batch.
         """
         loader, count = self.train_loader, self.num_training_batches
+        if isinstance(loader, CombinedTrainData):
+            loader.line_up(state.batch_in_epoch, count)
+            loader = None
         position = loader.state_dict() if callable(getattr(loader, "state_dict", None)) else None
         if position is not None and position["batches_yielded"] > 0:
             done = position["iteration"] < state.epoch or (count is not None and state.batch_in_epoch >= count)
