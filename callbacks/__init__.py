@@ -19,6 +19,7 @@ from callbacks.model_summary import ModelSummary, summarize
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
+from callbacks.pruning import ModelPruning
 from callbacks.throughput import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.tqdm_progress import TQDMProgressBar
@@ -26,6 +27,6 @@ from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAvera
 
 __all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Callback", "EMAWeightAveraging",
            "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
-           "ModelCheckpoint", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
+           "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
            "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
            "summarize"]

@@ -1,4 +1,4 @@
-"""Observed from lightning 2.6.6 (torch 2.13.0+cpu) by tests/parity_scripts/record_corpus.py; do not edit."""
+"""Observed from lightning 2.6.5 (torch 2.13.0+cpu) by tests/parity_scripts/record_corpus.py; do not edit."""
 
 # ruff: noqa: ISC004 - pprint splits long strings
 
@@ -516,4 +516,228 @@ EXPECTED = {'batchnorm_metrics': {'best': 0.1875,
              'metrics': {'train_loss': 1.2212249040603638, 'val_loss': 0.7559788823127747},
              'stopped_epoch': 5,
              'weights': {'net.bias': [-0.0396195650100708, 0.0015697099315872265, -0.0396195650100708],
-                         'net.weight': [2.4158307313919067, 14.751289861217415, 0.9786937236785889]}}}
+                         'net.weight': [2.4158307313919067, 14.751289861217415, 0.9786937236785889]}},
+ 'pruning': {'amount_by_epoch': {'inference_in_val': [False, True],
+                                 'log': ['Applied `L1Unstructured`. Pruned: 0/145 (0.00%) -> 14/145 (9.66%)',
+                                         'Applied `L1Unstructured`. Pruned: 14/145 (9.66%) -> 53/145 '
+                                         '(36.55%)'],
+                                 'still_pruned': ['layer.mlp_1', 'layer.mlp_2', 'layer.mlp_3'],
+                                 'weights': {'layer.mlp_1.bias_mask': [5.0, 5.0],
+                                             'layer.mlp_1.bias_orig': [-0.9635356701910496,
+                                                                       1.8502727099200205],
+                                             'layer.mlp_1.weight_mask': [42.0, 42.0],
+                                             'layer.mlp_1.weight_orig': [-4.8353150530019775,
+                                                                         9.623652904868733],
+                                             'layer.mlp_2.weight_mask': [39.0, 39.0],
+                                             'layer.mlp_2.weight_orig': [-1.1757286394422408,
+                                                                         14.748494278961825],
+                                             'layer.mlp_3.bias_mask': [1.0, 1.0],
+                                             'layer.mlp_3.bias_orig': [0.9248782396316528, 0.855399758144145],
+                                             'layer.mlp_3.weight_mask': [5.0, 5.0],
+                                             'layer.mlp_3.weight_orig': [0.5787630937993526,
+                                                                         2.297963208188131]},
+                                 'zeros': {'layer.mlp_1.bias_mask': 3,
+                                           'layer.mlp_1.bias_orig': 0,
+                                           'layer.mlp_1.weight_mask': 22,
+                                           'layer.mlp_1.weight_orig': 0,
+                                           'layer.mlp_2.weight_mask': 25,
+                                           'layer.mlp_2.weight_orig': 0,
+                                           'layer.mlp_3.bias_mask': 0,
+                                           'layer.mlp_3.bias_orig': 0,
+                                           'layer.mlp_3.weight_mask': 3,
+                                           'layer.mlp_3.weight_orig': 0}},
+             'chosen': [['layer.mlp_1', 'weight'],
+                        ['layer.mlp_2', 'weight'],
+                        ['layer.mlp_3', 'weight'],
+                        ['layer.mlp_1', 'bias'],
+                        ['layer.mlp_3', 'bias']],
+             'custom_method': {'inference_in_val': [False, True],
+                               'log': ['Applied `None`. Pruned: 0/64 (0.00%) -> 32/64 (50.00%)',
+                                       'Applied `None`. Pruned: 32/64 (50.00%) -> 48/64 (75.00%)',
+                                       'Applied `None`. Pruned: 48/64 (75.00%) -> 56/64 (87.50%)'],
+                               'still_pruned': [],
+                               'weights': {'layer.mlp_1.bias': [-0.7214149087667465, 1.8169587454793803],
+                                           'layer.mlp_1.weight': [-1.6461554793640971, 10.922351144934776],
+                                           'layer.mlp_2.weight': [0.37475279718637466, 1.0608899361286277],
+                                           'layer.mlp_3.bias': [-0.024898041039705276, 0.0006199124476148482],
+                                           'layer.mlp_3.weight': [-0.2529071029275656, 0.46749074236753374]},
+                               'zeros': {'layer.mlp_1.bias': 0,
+                                         'layer.mlp_1.weight': 0,
+                                         'layer.mlp_2.weight': 56,
+                                         'layer.mlp_3.bias': 0,
+                                         'layer.mlp_3.weight': 0}},
+             'errors': ["The provided `parameter_names` name: chocolate isn't in ('weight', 'bias')",
+                        "`pruning_fn` is expected to be a str in ['ln_structured', 'l1_unstructured', "
+                        "'random_structured', 'random_unstructured'] or a PyTorch `BasePruningMethod`. "
+                        'Found: {}. HINT: if passing a `BasePruningMethod`, pass the class, not an instance',
+                        'When requesting `structured` pruning, the `pruning_dim` should be provided.',
+                        '`verbose` must be any of (0, 1, 2)',
+                        'When requesting `ln_structured` pruning, the `pruning_norm` should be provided.',
+                        'Only the "unstructured" PRUNING_TYPE is supported with '
+                        '`use_global_unstructured=True`.',
+                        'PyTorch `BasePruningMethod` is currently only supported with '
+                        '`use_global_unstructured=True`.',
+                        "The provided `pruning_fn` nope isn't available in PyTorch's built-in functions: "
+                        "['ln_structured', 'l1_unstructured', 'random_structured', 'random_unstructured'] ",
+                        '`amount` should be provided and be either an int, a float or Callable function.',
+                        "Some provided `parameters_to_prune` don't exist in the model.",
+                        "Some provided `parameters_to_prune` don't exist in the model.",
+                        'The provided `parameters_to_prune` should either be list of tuple with 2 elements: '
+                        '(nn.Module, parameter_name_to_prune) or None'],
+             'global_l1': {'inference_in_val': [False, True],
+                           'log': ['Applied `L1Unstructured`. Pruned: 0/145 (0.00%) -> 44/145 (30.34%)',
+                                   'Applied `L1Unstructured`. Pruned: 44/145 (30.34%) -> 74/145 (51.03%)',
+                                   'Applied `L1Unstructured`. Pruned: 74/145 (51.03%) -> 95/145 (65.52%)'],
+                           'still_pruned': [],
+                           'weights': {'layer.mlp_1.bias': [-0.038426995277404785, 1.3603191304859283],
+                                       'layer.mlp_1.weight': [-1.2016073167324066, 14.340973030321226],
+                                       'layer.mlp_2.weight': [-2.718375250697136, 4.350503454585316],
+                                       'layer.mlp_3.bias': [0.0, 0.0],
+                                       'layer.mlp_3.weight': [-0.0390719473361969, 0.10273055780331797]},
+                           'zeros': {'layer.mlp_1.bias': 4,
+                                     'layer.mlp_1.weight': 42,
+                                     'layer.mlp_2.weight': 42,
+                                     'layer.mlp_3.bias': 1,
+                                     'layer.mlp_3.weight': 6}},
+             'global_l1_lth': {'inference_in_val': [False, True],
+                               'log': ['Applied `L1Unstructured`. Pruned: 0/145 (0.00%) -> 36/145 (24.83%)',
+                                       'Applied `L1Unstructured`. Pruned: 36/145 (24.83%) -> 63/145 (43.45%)',
+                                       'Applied `L1Unstructured`. Pruned: 63/145 (43.45%) -> 83/145 '
+                                       '(57.24%)'],
+                               'still_pruned': [],
+                               'weights': {'layer.mlp_1.bias': [-0.7314809709787369, 0.2967510102434201],
+                                           'layer.mlp_1.weight': [-2.9006943106651306, 5.374777895573917],
+                                           'layer.mlp_2.weight': [-1.1838814169168472, 3.2352083827858333],
+                                           'layer.mlp_3.bias': [-0.38314929604530334, 0.1468033830600115],
+                                           'layer.mlp_3.weight': [-0.30450859665870667, 1.0856370834284634]},
+                               'zeros': {'layer.mlp_1.bias': 6,
+                                         'layer.mlp_1.weight': 41,
+                                         'layer.mlp_2.weight': 32,
+                                         'layer.mlp_3.bias': 0,
+                                         'layer.mlp_3.weight': 4}},
+             'ln_structured': {'inference_in_val': [False, True],
+                               'log': ['Applied `ln_structured`. Pruned: 0/136 (0.00%) -> 32/136 (23.53%)',
+                                       'Applied `ln_structured`. Pruned: 32/136 (23.53%) -> 64/136 (47.06%)',
+                                       'Applied `ln_structured`. Pruned: 64/136 (47.06%) -> 80/136 (58.82%)'],
+                               'still_pruned': [],
+                               'weights': {'layer.mlp_1.bias': [150662.046875, 630068118531.718],
+                                           'layer.mlp_1.weight': [-264537.197265625, 1152476270076.1104],
+                                           'layer.mlp_2.weight': [1114962.8586425781, 1110883667971.2424],
+                                           'layer.mlp_3.bias': [-1257.474365234375, 1581241.7792215943],
+                                           'layer.mlp_3.weight': [-2396420.969871208, 1472666454838.9497]},
+                               'zeros': {'layer.mlp_1.bias': 0,
+                                         'layer.mlp_1.weight': 40,
+                                         'layer.mlp_2.weight': 40,
+                                         'layer.mlp_3.bias': 0,
+                                         'layer.mlp_3.weight': 0}},
+             'local_l1': {'inference_in_val': [False, True],
+                          'log': ['Applied `l1_unstructured`. Pruned: 0/145 (0.00%) -> 42/145 (28.97%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 0 (0.00%) -> 19 (29.69%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=False).weight` with amount=0.3. Pruned: 0 (0.00%) -> 19 (29.69%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 0 (0.00%) -> 2 (25.00%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 0 (0.00%) -> 2 (25.00%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 0 (0.00%) -> 0 (0.00%)',
+                                  'Applied `l1_unstructured`. Pruned: 42/145 (28.97%) -> 74/145 (51.03%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 19 (29.69%) -> 33 (51.56%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=False).weight` with amount=0.3. Pruned: 19 (29.69%) -> 33 (51.56%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 2 (25.00%) -> 4 (50.00%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 2 (25.00%) -> 4 (50.00%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 0 (0.00%) -> 0 (0.00%)',
+                                  'Applied `l1_unstructured`. Pruned: 74/145 (51.03%) -> 94/145 (64.83%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 33 (51.56%) -> 42 (65.62%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=False).weight` with amount=0.3. Pruned: 33 (51.56%) -> 42 (65.62%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).weight` with amount=0.3. Pruned: 4 (50.00%) -> 5 (62.50%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=8, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 4 (50.00%) -> 5 (62.50%)',
+                                  'Applied `l1_unstructured` to `Linear(in_features=8, out_features=1, '
+                                  'bias=True).bias` with amount=0.3. Pruned: 0 (0.00%) -> 0 (0.00%)'],
+                          'still_pruned': [],
+                          'weights': {'layer.mlp_1.bias': [-0.39803680777549744, 1.666297298774123],
+                                      'layer.mlp_1.weight': [-1.28147591650486, 8.13815546226008],
+                                      'layer.mlp_2.weight': [-3.6456891298294067, 4.827182623098755],
+                                      'layer.mlp_3.bias': [0.17026613652706146, 0.028990557247851934],
+                                      'layer.mlp_3.weight': [-0.4063102751970291, 0.3897697825262949]},
+                          'zeros': {'layer.mlp_1.bias': 5,
+                                    'layer.mlp_1.weight': 42,
+                                    'layer.mlp_2.weight': 42,
+                                    'layer.mlp_3.bias': 0,
+                                    'layer.mlp_3.weight': 5}},
+             'lottery': {'keys': ['layer.mlp_1.bias',
+                                  'layer.mlp_1.weight_mask',
+                                  'layer.mlp_1.weight_orig',
+                                  'layer.mlp_2.weight',
+                                  'layer.mlp_3.bias',
+                                  'layer.mlp_3.weight'],
+                         'orig_is_initial': True,
+                         'zeros': {'layer.mlp_1.bias': 0,
+                                   'layer.mlp_1.weight_mask': 32,
+                                   'layer.mlp_1.weight_orig': 0,
+                                   'layer.mlp_2.weight': 0,
+                                   'layer.mlp_3.bias': 0,
+                                   'layer.mlp_3.weight': 0}},
+             'on_validation_end': {'inference_in_val': [False, True],
+                                   'log': ['Applied `L1Unstructured`. Pruned: 0/145 (0.00%) -> 29/145 '
+                                           '(20.00%)',
+                                           'Applied `L1Unstructured`. Pruned: 29/145 (20.00%) -> 52/145 '
+                                           '(35.86%)',
+                                           'Applied `L1Unstructured`. Pruned: 52/145 (35.86%) -> 71/145 '
+                                           '(48.97%)'],
+                                   'still_pruned': [],
+                                   'weights': {'layer.mlp_1.bias': [-0.2243604063987732, 2.462016794797581],
+                                               'layer.mlp_1.weight': [-3.2283794432878494, 7.231415835105174],
+                                               'layer.mlp_2.weight': [-2.0930951982736588, 6.268788451868524],
+                                               'layer.mlp_3.bias': [0.46553587913513184, 0.21672365476212008],
+                                               'layer.mlp_3.weight': [-0.4740109443664551,
+                                                                      0.4470321718577228]},
+                                   'zeros': {'layer.mlp_1.bias': 4,
+                                             'layer.mlp_1.weight': 29,
+                                             'layer.mlp_2.weight': 33,
+                                             'layer.mlp_3.bias': 0,
+                                             'layer.mlp_3.weight': 5}},
+             'random_local': {'inference_in_val': [False, True],
+                              'log': ['Applied `random_unstructured`. Pruned: 0/72 (0.00%) -> 4/72 (5.56%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=8, bias=True).weight` with amount=2. Pruned: 0 (0.00%) '
+                                      '-> 2 (3.12%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=1, bias=True).weight` with amount=2. Pruned: 0 (0.00%) '
+                                      '-> 2 (25.00%)',
+                                      'Applied `random_unstructured`. Pruned: 4/72 (5.56%) -> 8/72 (11.11%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=8, bias=True).weight` with amount=2. Pruned: 2 (3.12%) '
+                                      '-> 4 (6.25%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=1, bias=True).weight` with amount=2. Pruned: 2 (25.00%) '
+                                      '-> 4 (50.00%)',
+                                      'Applied `random_unstructured`. Pruned: 8/72 (11.11%) -> 12/72 '
+                                      '(16.67%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=8, bias=True).weight` with amount=2. Pruned: 4 (6.25%) '
+                                      '-> 6 (9.38%)',
+                                      'Applied `random_unstructured` to `Linear(in_features=8, '
+                                      'out_features=1, bias=True).weight` with amount=2. Pruned: 4 (50.00%) '
+                                      '-> 6 (75.00%)'],
+                              'still_pruned': [],
+                              'weights': {'layer.mlp_1.bias': [-0.03836070001125336, 0.9454178689677055],
+                                          'layer.mlp_1.weight': [-2.500085076317191, 12.037104648652956],
+                                          'layer.mlp_2.weight': [-1.0315695547615178, 6.167034668193473],
+                                          'layer.mlp_3.bias': [-0.2921394407749176, 0.08534545285628159],
+                                          'layer.mlp_3.weight': [-0.6199327260255814, 0.36749026744500335]},
+                              'zeros': {'layer.mlp_1.bias': 0,
+                                        'layer.mlp_1.weight': 6,
+                                        'layer.mlp_2.weight': 0,
+                                        'layer.mlp_3.bias': 0,
+                                        'layer.mlp_3.weight': 6}}}}

@@ -17,6 +17,7 @@ from trainer.metrics.logger import MetricLogger, to_python
 from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
+from trainer.states import TrainerFn
 from trainer.utilities.seed import isolate_rng
 
 
@@ -60,7 +61,10 @@ class EvaluationLoop:
             saved = metrics.snapshot()
             hooks.call("on_sanity_check_start")
         model.eval()
-        with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+        # Inside fit, as Lightning: no_grad, never inference_mode, since what validation creates may take part in
+        # training afterwards (e.g. a pruning mask computed at the validation epoch's end).
+        grad_off = torch.no_grad if self.state.fn == TrainerFn.FITTING else self.grad_off
+        with grad_off():  # the whole run, its start and end hooks included, as in Lightning
             results = self._passes(x, stage, hooks, model, loaders, counts, alone)
         if stage == "sanity_check":
             hooks.call("on_sanity_check_end")
@@ -112,7 +116,10 @@ class EvaluationLoop:
         self.state.stage = "predict"
         self.metrics.set_stage("predict")
         model.eval()
-        with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+        # Inside fit, as Lightning: no_grad, never inference_mode, since what validation creates may take part in
+        # training afterwards (e.g. a pruning mask computed at the validation epoch's end).
+        grad_off = torch.no_grad if self.state.fn == TrainerFn.FITTING else self.grad_off
+        with grad_off():  # the whole run, its start and end hooks included, as in Lightning
             return self._predict_passes(hooks, model, loaders, counts, return_predictions)
 
     def _predict_passes(self, hooks: HookTable, model: Any, loaders: list[Any], counts: list[int | None],
