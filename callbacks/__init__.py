@@ -9,6 +9,7 @@ check_siblings("callbacks", __file__)  # first: a user's own file that hides a p
 
 from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
+from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
@@ -25,7 +26,7 @@ from callbacks.timer import Timer
 from callbacks.tqdm_progress import TQDMProgressBar
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Callback", "EMAWeightAveraging",
+__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EMAWeightAveraging",
            "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
            "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
            "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",

@@ -52,6 +52,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.profilers": ("trainer.profiling",),
     "lightning.pytorch.strategies": ("trainer.strategies",),
     "lightning.pytorch.tuner": ("trainer.tuner",),
+    "lightning.pytorch.tuner.batch_size_scaling": ("trainer.tools.batch_size",),
     "lightning.pytorch.cli": ("trainer.cli",),
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
