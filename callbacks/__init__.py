@@ -11,6 +11,7 @@ from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
 from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.checkpoint import ModelCheckpoint
+from callbacks.device_stats import DeviceStatsMonitor
 from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_function import LambdaCallback
@@ -26,8 +27,9 @@ from callbacks.timer import Timer
 from callbacks.tqdm_progress import TQDMProgressBar
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EMAWeightAveraging",
-           "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
+__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback",
+           "DeviceStatsMonitor", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason",
+           "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
            "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
            "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
            "summarize"]

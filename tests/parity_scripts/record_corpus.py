@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CORPUS = os.path.join(ROOT, "tests", "lightning_corpus")
 MODULES = ("demo", "gan", "classification", "loggers", "plateau", "hook_order", "bf16_transformer",
            "batchnorm_metrics", "conformance", "pruning",
-           "batch_size")
+           "batch_size", "device_stats")
 # Ember import -> Lightning import (line prefixes).
 SWAPS = (
     ("import trainer as pl", "import lightning.pytorch as pl"),
