@@ -108,7 +108,7 @@ def _fit(root: Path, ckpt_path: str | None = None, epochs: int = 4, **kwargs: An
 @pytest.mark.parametrize("permanent", [True, False])
 def test_resume_of_a_pruned_run_is_exact(tmp_path: Path, permanent: bool) -> None:
     whole, checkpoint = _fit(tmp_path / "whole", make_pruning_permanent=permanent)
-    second = sorted(Path(checkpoint.dirpath).iterdir())[1]  # after epoch 1: pruned twice
+    second = next(Path(checkpoint.dirpath).glob("epoch=1-*"))  # after epoch 1: pruned twice
     resumed, _ = _fit(tmp_path / "resumed", ckpt_path=str(second), make_pruning_permanent=permanent)
     # What the forward uses (weight = weight_orig * weight_mask) and the masks; under make_pruning_permanent=False
     # the entries a mask hides in weight_orig are 0 after a resume (momentum moved them on in the whole run): the
@@ -136,6 +136,22 @@ def test_checkpoint_of_a_pruned_module_loads_into_the_plain_module(tmp_path: Pat
     assert pruned_names(loaded.layer.mlp_1) == []
     assert torch.equal(loaded.layer.mlp_1.weight, model.layer.mlp_1.weight)  # the masked values
     assert int((loaded.layer.mlp_1.weight == 0).sum()) > 0
+
+
+def _resume_per_rank(root: str) -> dict[str, Any]:
+    whole, checkpoint = _fit(Path(root) / "whole", make_pruning_permanent=False)
+    second = next(Path(checkpoint.dirpath).glob("epoch=1-*"))
+    resumed, _ = _fit(Path(root) / "resumed", ckpt_path=str(second), make_pruning_permanent=False)
+    return {name: {k: v.tolist() for k, v in _effective(model).items()}
+            for name, model in (("whole", whole), ("resumed", resumed))}
+
+
+def test_pruned_ddp_run_resumes_exactly_on_two_processes(run_distributed: Any, tmp_path: Path) -> None:
+    # Global L1 pruning on identical weights gives every rank the same masks; the resumed 2-process run equals
+    # the whole one on both ranks.
+    rank0, rank1 = run_distributed(_resume_per_rank, 2, str(tmp_path))
+    assert rank0 == rank1
+    assert rank0["resumed"] == rank0["whole"]
 
 
 def test_two_pruning_callbacks_keep_their_state_apart() -> None:
