@@ -9,7 +9,9 @@ check_siblings("callbacks", __file__)  # first: a user's own file that hides a p
 
 from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.base import Callback
+from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.checkpoint import ModelCheckpoint
+from callbacks.device_stats import DeviceStatsMonitor
 from callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_function import LambdaCallback
@@ -19,13 +21,15 @@ from callbacks.model_summary import ModelSummary, summarize
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
+from callbacks.pruning import ModelPruning
 from callbacks.throughput import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.tqdm_progress import TQDMProgressBar
 from callbacks.weight_averaging import EMAWeightAveraging, StochasticWeightAveraging, WeightAveraging
 
-__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Callback", "EMAWeightAveraging",
-           "EarlyStopping", "EarlyStoppingReason", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
-           "ModelCheckpoint", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
+__all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback",
+           "DeviceStatsMonitor", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason",
+           "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
+           "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
            "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
            "summarize"]

@@ -11,41 +11,45 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import gc
 import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
+from callbacks import BatchSizeFinder, LearningRateFinder
 from engine.random import capture_rng_state, restore_rng_state
 from trainer.compat.keywords import accepts_model
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
+from trainer.loop.data import resolve_loaders
 from trainer.module import TrainModule
+from trainer.tools import batch_size as sizes
 from trainer.tools.compiling import unwrap_compiled
 from trainer.tools.lr_finder import MODES, LRFinder, LRSweep
+from trainer.utilities.exceptions import MisconfigurationException
 
 LR_NAMES = ("lr", "learning_rate")
-_OOM_MESSAGES = ("out of memory", "CUDA error: out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED")
+METHODS = sizes.METHODS
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` means the batch did not fit: a ``MemoryError`` (CPU), CUDA's ``OutOfMemoryError`` or an
-    out-of-memory ``RuntimeError``."""
-    if isinstance(error, MemoryError):
-        return True
-    if isinstance(error, getattr(torch.cuda, "OutOfMemoryError", ())):
-        return True
-    return isinstance(error, RuntimeError) and any(m in str(error) for m in _OOM_MESSAGES)
-
-
+def check_tuner_configuration(train_dataloaders: Any, val_dataloaders: Any, dataloaders: Any, method: str) -> None:
+    """Lightning's checks of ``method`` against the loaders given: ``dataloaders`` is for the evaluation methods,
+    ``train_dataloaders`` / ``val_dataloaders`` for ``"fit"``."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is invalid. Should be one of {METHODS}.")
+    if method == "fit" and dataloaders is not None:
+        raise MisconfigurationException(f"In tuner with method={method!r}, `dataloaders` argument should be None, "
+                                        "please consider setting `train_dataloaders` and `val_dataloaders` instead.")
+    if method != "fit" and (train_dataloaders is not None or val_dataloaders is not None):
+        raise MisconfigurationException(f"In tuner with `method`={method!r}, `train_dataloaders` and "
+                                        "`val_dataloaders` arguments should be None, please consider setting "
+                                        "`dataloaders` instead.")
 class Tuner:
     """Searches for a learning rate or batch size with a trainer's settings.
 
     Example:
+        >>> import torch
         >>> from torch.utils.data import DataLoader, TensorDataset
         >>> class Regressor(TrainModule):
         ...     def __init__(self, lr: float = 0.01) -> None:
@@ -75,16 +79,32 @@ class Tuner:
     # -- learning rate ---------------------------------------------------------------------------------------
     @accepts_model
     def lr_find(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
-                datamodule: DataModule | None = None, min_lr: float = 1e-8, max_lr: float = 1.0,
-                num_training: int = 100, mode: str = "exponential", early_stop_threshold: float | None = 4.0,
-                update_attr: bool = True, attr_name: str = "") -> LRFinder | None:
+                dataloaders: Any = None, datamodule: DataModule | None = None, method: str = "fit",
+                min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100, mode: str = "exponential",
+                early_stop_threshold: float | None = 4.0, update_attr: bool = True,
+                attr_name: str = "") -> LRFinder | None:
         """Sweep the learning rate from ``min_lr`` to ``max_lr`` over ``num_training`` optimizer steps.
 
         Returns the ``LRFinder`` (``results``, ``suggestion()``, ``plot(path)``). With ``update_attr`` the
         suggestion is written to ``attr_name`` (default: the module's or its hparams' ``lr`` /
         ``learning_rate``). ``val_dataloaders`` is accepted for Lightning compatibility (no validation runs).
         """
-        del val_dataloaders
+        if method != "fit":
+            raise MisconfigurationException(f"method='fit' is the only valid configuration to run lr finder. "
+                                            f"Received: method={method!r}.")
+        check_tuner_configuration(train_dataloaders, val_dataloaders, dataloaders, method)
+        if any(isinstance(c, LearningRateFinder) for c in self.trainer.callbacks):
+            raise ValueError("Trainer is already configured with a `LearningRateFinder` callback.Please remove it if "
+                             "you want to use the Tuner.")
+        return self.search_lr(module, train_dataloaders, datamodule, min_lr=min_lr, max_lr=max_lr,
+                              num_training=num_training, mode=mode, early_stop_threshold=early_stop_threshold,
+                              update_attr=update_attr, attr_name=attr_name)
+
+    def search_lr(self, module: TrainModule, train_dataloaders: Any = None, datamodule: DataModule | None = None,
+                  *, min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100, mode: str = "exponential",
+                  early_stop_threshold: float | None = 4.0, update_attr: bool = True,
+                  attr_name: str = "") -> LRFinder | None:
+        """The sweep itself, shared by ``lr_find`` and the ``LearningRateFinder`` callback."""
         module = unwrap_compiled(module)[0]
         for name, value in (("min_lr", min_lr), ("max_lr", max_lr)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -137,111 +157,149 @@ class Tuner:
 
     # -- batch size ------------------------------------------------------------------------------------------
     @accepts_model
-    def scale_batch_size(self, module: TrainModule, train_dataloaders: Any = None,
-                         datamodule: DataModule | None = None, mode: str = "power", steps_per_trial: int = 3,
-                         init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size",
-                         max_val: int | None = None) -> int | None:
-        """The largest batch size that trains, found by doubling (``"power"``) and then, with ``"binsearch"``,
-        bisecting between the last size that fit and the first that did not; written to ``batch_arg_name``.
+    def scale_batch_size(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
+                         dataloaders: Any = None, datamodule: DataModule | None = None, method: str = "fit",
+                         mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+                         batch_arg_name: str = "batch_size", margin: float = 0.05,
+                         max_val: int = sizes.DEFAULT_MAX_VAL) -> int | None:
+        """The largest batch size that runs ``method`` (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``)
+        without running out of memory, written to ``batch_arg_name`` (see ``trainer.tools.batch_size`` for the
+        search: doubling with ``"power"``, then bisecting with ``"binsearch"``, minus ``margin``).
 
-        The loaders are rebuilt from the module's (or data module's) ``train_dataloader()`` for every trial, so
-        they must read ``batch_arg_name``. A trial fails on out-of-memory (CUDA's, or a ``MemoryError`` on the
-        CPU); ``max_val`` caps the search. Each trial trains ``steps_per_trial`` steps from the same weights.
+        The loaders are rebuilt from the module's (or data module's) ``*_dataloader()`` for every trial, so they
+        must read ``batch_arg_name`` (on the module, its hparams, the data module or its hparams). Each trial runs
+        ``steps_per_trial`` batches from the same weights; the weights and random state are restored afterwards.
         """
-        module = unwrap_compiled(module)[0]
-        if mode not in ("power", "binsearch"):
-            raise ValueError(f"scale_batch_size(mode=...) must be 'power' or 'binsearch'. Received: {mode!r}.")
-        for name, value in (("steps_per_trial", steps_per_trial), ("init_val", init_val), ("max_trials", max_trials)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"scale_batch_size({name}=...) must be an int >= 1. Received: {value!r}.")
-        if max_val is not None and (not isinstance(max_val, int) or max_val < init_val):
-            raise ValueError(f"scale_batch_size(max_val={max_val!r}) must be an int >= init_val ({init_val}).")
-        if train_dataloaders is not None:
-            raise ValueError("scale_batch_size cannot resize loaders passed directly: build them in "
-                             f"train_dataloader() from self.{batch_arg_name} (on the module or a data module).")
+        check_tuner_configuration(train_dataloaders, val_dataloaders, dataloaders, method)
         if self.trainer.accelerator.num_processes > 1:
-            raise RuntimeError("scale_batch_size runs in one process (an out-of-memory trial on one rank would end "
-                               "the others): find the size on one device, then launch with it.")
-        if self._skipped_on_fast_dev_run("batch size scaler"):
-            return None
-        owner = self._batch_owner(module, datamodule, batch_arg_name)
-        with self._restored(module):
-            size = self._search_batch_size(module, datamodule, owner, batch_arg_name, mode, steps_per_trial,
-                                           init_val, max_trials, max_val)
-        _assign(owner, batch_arg_name, size)
-        self.trainer.accelerator.print(f"Batch size set to {size}")
+            raise ValueError("Tuning the batch size is currently not supported with distributed strategies: an "
+                             "out-of-memory trial on one rank would end the others. Find the size on one device, "
+                             "then launch with it.")
+        if any(isinstance(c, BatchSizeFinder) for c in self.trainer.callbacks):
+            raise ValueError("Trainer is already configured with a `BatchSizeFinder` callback.Please remove it if "
+                             "you want to use the Tuner.")
+        if isinstance(train_dataloaders, DataModule):
+            datamodule, train_dataloaders = train_dataloaders, None
+        if train_dataloaders is not None or val_dataloaders is not None or dataloaders is not None:
+            raise MisconfigurationException(
+                "The Batch size finder cannot be used with dataloaders passed directly to `.fit()`. Please disable "
+                "the feature or incorporate the dataloader into your LightningModule or LightningDataModule "
+                f"(build it in *_dataloader() from self.{batch_arg_name}).")
+        if datamodule is not None:  # as the fit Lightning's Tuner runs: the data module's data exists to measure
+            datamodule.prepare_data()
+            datamodule.setup(method)
+        size = self.search_batch_size(module, datamodule, method, mode=mode, steps_per_trial=steps_per_trial,
+                                      init_val=init_val, max_trials=max_trials, batch_arg_name=batch_arg_name,
+                                      margin=margin, max_val=max_val)
+        self._show_loaders(module, datamodule, method)
         return size
 
-    def _search_batch_size(self, module: TrainModule, datamodule: DataModule | None, owner: Any, name: str,
-                           mode: str, steps: int, size: int, max_trials: int, max_val: int | None) -> int:
-        good, bad = 0, None  # the largest size that fit, the smallest that did not
-        for _ in range(max_trials):
-            _assign(owner, name, size)
-            if self._trial_fits(module, datamodule, steps):
-                good = size
-                if (max_val is not None and size >= max_val) or self._dataset_exhausted(module, datamodule, size):
-                    break  # the configured limit, or a larger batch would hold the same samples
-                if bad is None:
-                    size = size * 2 if max_val is None else min(size * 2, max_val)
-                    continue
-            else:
-                bad = size
-                if good == 0:  # nothing fit yet: halve until something does
-                    if size == 1:
-                        raise RuntimeError("scale_batch_size: even a batch of 1 runs out of memory.")
-                    size //= 2
-                    continue
-                if mode == "power":
-                    break  # the last size that fit
-            if bad is None or bad - good <= 1:
-                break
-            size = (good + bad) // 2  # binsearch between what fit and what did not
-        return good
+    def _show_loaders(self, module: TrainModule, datamodule: DataModule | None, method: str) -> None:
+        """Leave the trainer as Lightning's tuner does: the module and data module attached, and
+        ``trainer.train_dataloader`` (and the other loaders of ``method``) built at the size found. They are not
+        prepared: the next run prepares its own."""
+        module.trainer = self.trainer
+        self.trainer.datamodule = datamodule
+        plan = self.trainer.plan
+        if method == "fit":
+            plan.train_loader = resolve_loaders("train", None, datamodule, module)[0]
+            plan.val_loaders = resolve_loaders("val", None, datamodule, module)
+        else:
+            kind = "val" if method == "validate" else method
+            setattr(plan, f"{kind}_loaders", resolve_loaders(kind, None, datamodule, module))
 
-    def _trial_fits(self, module: TrainModule, datamodule: DataModule | None, steps: int) -> bool:
-        trainer = self._search_trainer(max_steps=steps, callbacks=[])
+    def search_batch_size(self, module: TrainModule, datamodule: DataModule | None, method: str = "fit", *,
+                          mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+                          batch_arg_name: str = "batch_size", margin: float = 0.05,
+                          max_val: int = sizes.DEFAULT_MAX_VAL) -> int | None:
+        """The search itself, shared by ``scale_batch_size`` and the ``BatchSizeFinder`` callback."""
+        module = unwrap_compiled(module)[0]
+        mode = sizes.check_search_arguments(mode, steps_per_trial, init_val, max_trials, margin, max_val)
+        if method != "fit":  # Lightning's order: several evaluation loaders are refused first
+            self._loader_of(module, datamodule, method)
+        holders = sizes.attribute_holders(module, datamodule, batch_arg_name)
+        if not holders:
+            raise MisconfigurationException(f"Field {batch_arg_name} not found in `model`, `datamodule`, nor their "
+                                            f"`hparams` attributes. Add {type(module).__name__}.{batch_arg_name} "
+                                            "(read by its *_dataloader()), or pass batch_arg_name=<its name>.")
+        if hasattr(module, batch_arg_name) and batch_arg_name in (getattr(module, "hparams", None) or {}):
+            warnings.warn(f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually "
+                          f"exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling. "
+                          "If this is not the intended behavior, please remove either one.", UserWarning,
+                          stacklevel=4)
+        length = self._dataset_length(self._loader_of(module, datamodule, method))
+        if self._skipped_on_fast_dev_run("batch size scaler"):
+            return None
+
+        def fits(size: int) -> bool:
+            return self._trial_fits(module, datamodule, method, steps_per_trial)
+
+        with self._restored(module):
+            search = sizes.SizeSearch(fits, lambda size: sizes.write_size(holders, batch_arg_name, size),
+                                      start=sizes.read_size(holders, batch_arg_name), dataset_length=length,
+                                      mode=mode, init_val=init_val, max_trials=max_trials, margin=margin,
+                                      max_val=max_val)
+            return search.run()
+
+    def _trial_fits(self, module: TrainModule, datamodule: DataModule | None, method: str, steps: int) -> bool:
+        """Run ``method`` for ``steps`` batches at the size the attribute holds now; False on out-of-memory."""
+        limit = {"fit": {"max_steps": steps}, "validate": {"limit_val_batches": steps},
+                 "test": {"limit_test_batches": steps}, "predict": {"limit_predict_batches": steps}}[method]
+        trainer = self._search_trainer(callbacks=[], **limit)
         try:
-            trainer.fit(module, datamodule=datamodule)
-        except BaseException as error:
-            if not is_out_of_memory(error):
+            if method == "fit":
+                trainer.fit(module, datamodule=datamodule)
+            elif method == "predict":
+                trainer.predict(module, datamodule=datamodule, return_predictions=False)
+            else:
+                getattr(trainer, method)(module, datamodule=datamodule, verbose=False)
+        except (RuntimeError, MemoryError) as error:
+            if not sizes.is_oom_error(error):  # read from the module at call time: a test may patch it there
                 raise
             return False
         finally:
             del trainer
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            sizes.free_memory()
         return True
 
     @staticmethod
-    def _dataset_exhausted(module: TrainModule, datamodule: DataModule | None, size: int) -> bool:
-        source = datamodule if datamodule is not None else module
-        try:
-            return size >= len(source.train_dataloader().dataset)
-        except (TypeError, AttributeError, NotImplementedError):
-            return False
+    def _loader_of(module: TrainModule, datamodule: DataModule | None, method: str) -> Any:
+        """The one loader ``method`` runs on, built from the module or data module (several evaluation loaders
+        are refused: the search sizes one)."""
+        kind = {"fit": "train", "validate": "val"}.get(method, method)
+        loaders = resolve_loaders(kind, None, datamodule, module)
+        if len(loaders) > 1:
+            raise MisconfigurationException(f"The Batch size finder cannot be used with multiple {kind} dataloaders "
+                                            f"(received {len(loaders)}): search with one, then use the size for all.")
+        if not loaders:
+            raise MisconfigurationException(
+                f"The Batch size finder needs {type(module).__name__}.{kind}_dataloader() (or the data module's): "
+                "it rebuilds the loader for every size it tries.")
+        return loaders[0]
 
     @staticmethod
-    def _batch_owner(module: TrainModule, datamodule: DataModule | None, name: str) -> Any:
-        for owner in ([datamodule] if datamodule is not None else []) + [module]:
-            for candidate in (owner, owner.hparams):
-                if _has(candidate, name):
-                    return candidate
-        where = f"{type(datamodule).__name__} or {type(module).__name__}" if datamodule else type(module).__name__
-        raise AttributeError(f"scale_batch_size needs {where}.{name} (or hparams.{name}), read by train_dataloader()"
-                             f": add it, or pass batch_arg_name=<the attribute's name>.")
+    def _dataset_length(loader: Any) -> int | None:
+        """The samples a loader's dataset holds (None: unknown, e.g. an iterable dataset)."""
+        try:
+            return len(loader.dataset)
+        except (TypeError, AttributeError, NotImplementedError):
+            return None
 
     # -- the search's own trainer ----------------------------------------------------------------------------
-    def _search_trainer(self, max_steps: int, callbacks: list[Any]) -> Any:
+    def _search_trainer(self, callbacks: list[Any], max_steps: int | None = None, **limits: Any) -> Any:
         """The user's trainer's settings (precision, accumulation, clipping, limits...) for a short search run:
-        its own step count, folder and callbacks, no validation, trackers, bar, summary, seed or signals."""
+        its own step count (or ``limits``: the evaluation batches of a trial), folder and callbacks, no validation
+        while fitting, no trackers, bar, summary, seed or signals."""
         config, acc = self.trainer.config, self.trainer.accelerator
-        return type(self.trainer).from_config(dataclasses.replace(
-            config, accelerator="cpu" if acc.device.type == "cpu" else "auto", max_steps=max_steps, max_epochs=-1,
-            max_time=None, fast_dev_run=False, overfit_batches=0.0, limit_val_batches=0, num_sanity_val_steps=0, log_with=None, logger=None,
-            project_dir=self._folder, default_root_dir=None, callbacks=callbacks, enable_progress_bar=False,
-            enable_model_summary=False, enable_checkpointing=False, preemption_signals=None, seed=None,
-            deterministic=False, profiler=None, devices="auto", strategy="auto", num_nodes=1))
+        overrides: dict[str, Any] = {
+            "accelerator": "cpu" if acc.device.type == "cpu" else "auto", "max_epochs": -1, "max_time": None,
+            "max_steps": config.max_steps if max_steps is None else max_steps, "fast_dev_run": False,
+            "overfit_batches": 0.0, "limit_val_batches": 0, "num_sanity_val_steps": 0, "log_with": None,
+            "logger": None, "project_dir": self._folder, "default_root_dir": None, "callbacks": callbacks,
+            "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False,
+            "preemption_signals": None, "seed": None, "deterministic": False, "profiler": None, "devices": "auto",
+            "strategy": "auto", "num_nodes": 1}
+        return type(self.trainer).from_config(dataclasses.replace(config, **{**overrides, **limits}))
 
     @contextlib.contextmanager
     def _restored(self, module: TrainModule) -> Iterator[None]:

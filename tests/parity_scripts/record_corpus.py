@@ -21,7 +21,7 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "lightning_corpus")
 MODULES = ("demo", "gan", "classification", "loggers", "plateau", "hook_order", "bf16_transformer",
-           "batchnorm_metrics", "conformance", "conformance_loop")
+           "batchnorm_metrics", "conformance", "conformance_loop", "pruning", "batch_size", "device_stats")
 # Ember import -> Lightning import (line prefixes).
 SWAPS = (
     ("import trainer as pl", "import lightning.pytorch as pl"),
@@ -31,6 +31,7 @@ SWAPS = (
     ("from trainer.loggers import ", "from lightning.pytorch.loggers import "),
     ("from trainer.utilities.types import ", "from lightning.pytorch.utilities.types import "),
     ("from trainer.utilities import ", "from lightning.pytorch.utilities import "),
+    ("from trainer.tuner import ", "from lightning.pytorch.tuner import "),
     ("from trainer import ", "from lightning.pytorch import "),
     ("from callbacks import ", "from lightning.pytorch.callbacks import "),
 )

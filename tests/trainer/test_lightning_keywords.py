@@ -126,7 +126,12 @@ class ModeProbe(Regressor):
 @pytest.mark.parametrize(("inference_mode", "expected"), [(True, (True, False)), (False, (False, False))])
 def test_inference_mode_chooses_the_evaluation_context(inference_mode: bool, expected: tuple[bool, bool]) -> None:
     module = ModeProbe()
-    Trainer(inference_mode=inference_mode, max_epochs=1, **QUIET).fit(module, data(), data())
+    trainer = Trainer(inference_mode=inference_mode, max_epochs=1, **QUIET)
+    trainer.fit(module, data(), data())
+    # Inside fit, as Lightning 2.6.6 (recorded in tests/lightning_corpus/pruning.py): validation runs under no_grad,
+    # never inference_mode, whatever the keyword says (what it creates may take part in training afterwards).
+    assert module.modes == (False, False)
+    trainer.validate(module, data())
     assert module.modes == expected
 
 

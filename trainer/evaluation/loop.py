@@ -18,6 +18,7 @@ from trainer.metrics.logger import MetricLogger, to_python
 from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
+from trainer.states import TrainerFn
 from trainer.utilities.seed import isolate_rng
 
 
@@ -60,7 +61,10 @@ class EvaluationLoop:
         if stage == "sanity_check":
             saved = metrics.snapshot()
             hooks.call("on_sanity_check_start")
-        with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
+        # Inside fit, as Lightning: no_grad, never inference_mode, since what validation creates may take part in
+        # training afterwards (e.g. a pruning mask computed at the validation epoch's end).
+        grad_off = torch.no_grad if self.state.fn == TrainerFn.FITTING else self.grad_off
+        with grad_off():  # the whole run, its start and end hooks included, as in Lightning
             modes = to_eval_mode(x, hooks, module, model)
             results = self._passes(x, stage, hooks, model, loaders, counts, alone)
             if hooks.has(f"on_{x}_model_train"):

@@ -52,6 +52,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.profilers": ("trainer.profiling",),
     "lightning.pytorch.strategies": ("trainer.strategies",),
     "lightning.pytorch.tuner": ("trainer.tuner",),
+    "lightning.pytorch.tuner.batch_size_scaling": ("trainer.tools.batch_size",),
     "lightning.pytorch.cli": ("trainer.cli",),
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
@@ -70,7 +71,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
 SUBMODULES = {"model_checkpoint": "checkpoint", "stochastic_weight_avg": "weight_averaging",
               "gradient_accumulation_scheduler": "accumulation", "throughput_monitor": "throughput",
               "progress.tqdm_progress": "progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
-              "tuning": "tuner"}
+              "tuning": "tuner", "device_stats_monitor": "device_stats"}
 # Packages whose public submodules resolve through the package itself.
 PUBLIC_PACKAGES = ("lightning.pytorch.callbacks", "lightning.pytorch.loggers", "lightning.pytorch.profilers",
                    "lightning.pytorch.strategies", "lightning.pytorch.tuner")
