@@ -36,13 +36,12 @@ from trainer.datamodule import DataModule
 from trainer.evaluation.loop import EvaluationLoop, print_results
 from trainer.loop.hooks import HookTable
 from trainer.loop.loss_check import LossCheck
-from trainer.loop.plan import RunPlan, batches
+from trainer.loop.plan import RunPlan
 from trainer.loop.run import check_module, eval_sources, lend_logging, module_callbacks, run_scope
 from trainer.loop.schedulers import SchedulerStepper
 from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
 from trainer.loop.stepping import check_trainable, detached, loss_of
 from trainer.loop.stop import StopController
-from trainer.loop.transfer import transferred
 from trainer.metrics.logger import LogOptions, MetricLogger
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
@@ -256,8 +255,7 @@ class Trainer:
                 every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs
                 if self.config.fast_dev_run:  # as Lightning: every step's metrics are logged in a fast_dev_run
                     every = 1
-                loader = transferred(batches(plan.train_loader, plan.num_training_batches, state.batch_in_epoch),
-                                     plan.transfer, 0)  # the batch-transfer hooks, where overridden
+                loader = plan.train_batches(state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
                     size = metrics.new_batch(batch)

@@ -147,3 +147,27 @@ def test_one_loader_keeps_the_one_loader_path() -> None:
     assert trainer.plan.combined is None
     assert isinstance(trainer.plan.train_loader, DataLoader)  # iterated directly, no combining wrapper
     assert model.seen == [[0.0, 1.0], [2.0, 3.0]]
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        return iter(torch.arange(float(self.n)))
+
+
+@pytest.mark.parametrize("mode", ["max_size_cycle", "max_size", "min_size"])
+def test_a_loader_without_length_ends_the_epoch_as_in_lightning(mode: str) -> None:
+    """An iterable dataset (3 batches, length unknown) with a 2-batch loader: Lightning 2.6.6's batches over 2
+    epochs (its num_training_batches is inf where Ember's is None, Ember's "unknown" as for one loader)."""
+    data = CombinedLoader({"a": DataLoader(Stream(5), batch_size=2),
+                           "b": DataLoader(torch.arange(4.0), batch_size=2)}, mode)  # type: ignore[arg-type]
+    model = Recorder(data)
+    trainer = Trainer(**QUIET, max_epochs=2)
+    trainer.fit(model)
+    first, second, last_a = {"a": [0.0, 1.0], "b": [0.0, 1.0]}, {"a": [2.0, 3.0], "b": [2.0, 3.0]}, [4.0]
+    epoch = {"max_size_cycle": [first, second, {"a": last_a, "b": [0.0, 1.0]}],
+             "max_size": [first, second, {"a": last_a, "b": None}], "min_size": [first, second]}[mode]
+    assert model.seen == epoch * 2
+    assert trainer.num_training_batches == (2 if mode == "min_size" else None)

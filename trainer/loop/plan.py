@@ -35,7 +35,7 @@ from trainer.loop.data import (
 )
 from trainer.loop.hooks import overrides
 from trainer.loop.precision import TruePrecision
-from trainer.loop.transfer import Transfer, batch_transfer
+from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
@@ -408,6 +408,11 @@ class RunPlan:
                 position = val_loader.state_dict()  # type: ignore[attr-defined]
                 if position["batches_yielded"]:
                     val_loader.load_state_dict({**position, "batches_yielded": 0})  # type: ignore[attr-defined]
+
+    def train_batches(self, start: int) -> Iterator[tuple[int, Any]]:
+        """``(batch_idx, batch)`` of this epoch's training batches from ``start`` (see ``batches``), through the
+        batch-transfer hooks where the module overrides them."""
+        return transferred(batches(self.train_loader, self.num_training_batches, start), self.transfer, 0)
 
     def syncs(self, batch_idx: int, factor: int) -> bool:
         """Whether training batch ``batch_idx`` closes an accumulation window of ``factor`` batches.
