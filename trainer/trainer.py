@@ -561,8 +561,7 @@ class Trainer:
         return Tuner(self).search_lr(module, self.plan.train_source, **options)
 
     def scale_batch_size(self, module: TrainModule, method: str, **options: Any) -> int | None:
-        """A batch-size search (``Tuner.search_batch_size``) on the data of the run being set up, for
-        ``BatchSizeFinder``."""
+        """A batch-size search (``Tuner.search_batch_size``) on the run being set up, for ``BatchSizeFinder``."""
         from trainer.tuner import Tuner  # the tuner builds trainers: imported when a search runs
 
         return Tuner(self).search_batch_size(module, self.datamodule, method, **options)

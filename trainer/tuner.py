@@ -45,6 +45,8 @@ def check_tuner_configuration(train_dataloaders: Any, val_dataloaders: Any, data
         raise MisconfigurationException(f"In tuner with `method`={method!r}, `train_dataloaders` and "
                                         "`val_dataloaders` arguments should be None, please consider setting "
                                         "`dataloaders` instead.")
+
+
 class Tuner:
     """Searches for a learning rate or batch size with a trainer's settings.
 
