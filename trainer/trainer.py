@@ -559,23 +559,13 @@ class Trainer:
         ``LearningRateFinder``; the module is attached to this trainer again afterwards."""
         from trainer.tuner import Tuner  # the tuner builds trainers: imported when a search runs
 
-        try:
-            return Tuner(self).search_lr(module, self.plan.train_source, **options)
-        finally:
-            module.trainer = self
+        return Tuner(self).search_lr(module, self.plan.train_source, **options)
 
     def scale_batch_size(self, module: TrainModule, method: str, **options: Any) -> int | None:
-        """A batch-size search (``Tuner.search_batch_size``) on the data of the run being set up, for
-        ``BatchSizeFinder``; the module and data module are attached to this trainer again afterwards."""
+        """A batch-size search (``Tuner.search_batch_size``) on the run being set up, for ``BatchSizeFinder``."""
         from trainer.tuner import Tuner  # the tuner builds trainers: imported when a search runs
 
-        datamodule = self.datamodule
-        try:
-            return Tuner(self).search_batch_size(module, datamodule, method, **options)
-        finally:
-            module.trainer = self
-            if datamodule is not None:
-                datamodule._trainer_ref = weakref.ref(self)
+        return Tuner(self).search_batch_size(module, self.datamodule, method, **options)
 
     def run_at_boundary(self, fn: Any) -> None:
         """Call ``fn`` at the next checkpoint boundary of ``fit`` (see ``trainer.checkpoint.checkpointer``), or now outside it

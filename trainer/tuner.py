@@ -45,6 +45,8 @@ def check_tuner_configuration(train_dataloaders: Any, val_dataloaders: Any, data
         raise MisconfigurationException(f"In tuner with `method`={method!r}, `train_dataloaders` and "
                                         "`val_dataloaders` arguments should be None, please consider setting "
                                         "`dataloaders` instead.")
+
+
 class Tuner:
     """Searches for a learning rate or batch size with a trainer's settings.
 
@@ -121,7 +123,7 @@ class Tuner:
             return None
         targets = self._lr_targets(module, datamodule, attr_name) if update_attr else []
         finder = LRFinder(float(min_lr), float(max_lr), num_training, mode)
-        with self._restored(module):
+        with self._restored(module, datamodule):
             trainer = self._search_trainer(max_steps=num_training, callbacks=[LRSweep(finder, early_stop_threshold)])
             trainer.fit(module, train_dataloaders, datamodule=datamodule)
         suggestion = finder.suggestion()
@@ -234,7 +236,7 @@ class Tuner:
         def fits(size: int) -> bool:
             return self._trial_fits(module, datamodule, method, steps_per_trial)
 
-        with self._restored(module):
+        with self._restored(module, datamodule):
             search = sizes.SizeSearch(fits, lambda size: sizes.write_size(holders, batch_arg_name, size),
                                       start=sizes.read_size(holders, batch_arg_name), dataset_length=length,
                                       mode=mode, init_val=init_val, max_trials=max_trials, margin=margin,
@@ -302,10 +304,12 @@ class Tuner:
         return type(self.trainer).from_config(dataclasses.replace(config, **{**overrides, **limits}))
 
     @contextlib.contextmanager
-    def _restored(self, module: TrainModule) -> Iterator[None]:
-        """Run a search, then put back the module's weights and buffers and the random state."""
+    def _restored(self, module: TrainModule, datamodule: DataModule | None = None) -> Iterator[None]:
+        """Run a search, then put back the module's weights and buffers, the random state, and the trainer the
+        module and data module were attached to (the search's trainers attach them to themselves)."""
         weights = copy.deepcopy(module.state_dict())
         rng = capture_rng_state()
+        trainer, data_ref = module._trainer, getattr(datamodule, "_trainer_ref", None)
         self._folder = tempfile.mkdtemp(prefix="ember-tuner-")
         try:
             yield
@@ -313,7 +317,9 @@ class Tuner:
             module.load_state_dict(weights)
             restore_rng_state(rng)
             shutil.rmtree(self._folder, ignore_errors=True)
-            module._trainer_ref = None  # the search's trainer is gone; the user's attaches it again
+            module.trainer = trainer  # the module and its inner TrainModules
+            if datamodule is not None:
+                datamodule._trainer_ref = data_ref
 
 
 def _has(owner: Any, name: str) -> bool:
