@@ -266,6 +266,8 @@ class Trainer:
                     outputs, loss = run_batch(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
                     state.samples_seen += size * world
+                    if state.batch_in_epoch == plan.num_training_batches:  # epoch schedulers step here (Lightning)
+                        self.schedulers.at_last_batch(state.epoch)
                     if batch_end_hooks:
                         hooks.call("on_train_batch_end", detached(outputs, loss) if plan.automatic else outputs,
                                    batch, batch_idx)
@@ -287,7 +289,7 @@ class Trainer:
                 self.evaluation.epoch_end("on_train_epoch_end", hooks)
                 metrics.reset_epoch()  # at the end, so what on_train_start logged counts in the first epoch
                 if not cut:  # as Lightning: epoch-interval schedulers step only after a whole epoch
-                    self.schedulers.at_epoch_end(state.epoch)
+                    self.schedulers.at_epoch_end(state.epoch, sized=plan.num_training_batches is not None)
                 state.epoch += 1
                 state.batch_in_epoch = 0
                 stop.update_time()
