@@ -174,7 +174,7 @@ def test_bad_arguments_fail_early_with_the_fix() -> None:
         StochasticWeightAveraging(swa_lrs=0.1, annealing_strategy="step")
     with pytest.raises(ValueError, match=r"decay.*\[0, 1\].*1.5"):
         EMAWeightAveraging(decay=1.5)
-    with pytest.raises(ValueError, match=r"swa_epoch_start=0.5\) is a fraction.*max_epochs=None"):
+    with pytest.raises(ValueError, match=r"swa_epoch_start=0.5\) is a fraction.*max_epochs=-1"):
         trainer = Trainer(**QUIET, max_epochs=-1, max_steps=4, callbacks=[StochasticWeightAveraging(0.1, 0.5)])
         trainer.fit(Regressor(), data())
 
