@@ -112,7 +112,8 @@ def test_swa_owns_the_learning_rate_over_another_scheduler() -> None:
     seen: list[float] = []
 
     class Lr(Callback):
-        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:  # the rate this batch's step used
+        # The rate this batch's step uses (at its end an epoch's last batch shows the epoch scheduler's step).
+        def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
             seen.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     fit(WithScheduler(), StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=0),
