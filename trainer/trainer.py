@@ -341,14 +341,14 @@ class Trainer:
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """A training step's backward (``manual_backward`` too): the hooks around the engine's or the module's
-        ``backward``. ``on_before_backward`` sees the loss as returned; the backward divides it by the window."""
+        ``backward``, all given the loss divided by the accumulation window (as Lightning)."""
         hooks = self._hooks
         assert hooks is not None
-        for hook in hooks.overriders["on_before_backward"]:
-            hook(loss)
         k = self.config.accumulate_grad_batches
         if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
             loss = loss / k
+        for hook in hooks.overriders["on_before_backward"]:
+            hook(loss)
         if self.plan.custom_backward:
             self.module.backward(loss, *args, **kwargs)
         else:

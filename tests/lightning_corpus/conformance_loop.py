@@ -378,6 +378,24 @@ def scheduler_timing(workdir: str) -> dict[str, Any]:
     return {"rates": model.calls}
 
 
+class BeforeBackward(Recorded):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.calls.append(["returned", round(float(loss), 6)])
+        return loss
+
+    def on_before_backward(self, loss) -> None:
+        self.calls.append(["on_before_backward", round(float(loss), 6)])
+
+
+def before_backward(workdir: str) -> dict[str, Any]:
+    pl.seed_everything(0, verbose=False)
+    model = BeforeBackward()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, accumulate_grad_batches=2, **QUIET)
+    trainer.fit(model, _data(4))
+    return {"losses": [c for c in model.calls if c[0] != "train"]}
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
@@ -386,4 +404,5 @@ def main(workdir: str) -> dict[str, Any]:
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
             ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes),
             ("loader_order", loader_order), ("module_extras", module_extras),
-            ("loop_limits", loop_limits), ("scheduler_timing", scheduler_timing))}
+            ("loop_limits", loop_limits), ("scheduler_timing", scheduler_timing),
+            ("before_backward", before_backward))}
