@@ -198,7 +198,7 @@ class Callback:
 
     def on_before_backward(self, trainer: TrainerView, pl_module: torch.nn.Module,
                            loss: torch.Tensor) -> None:
-        """Before ``backward(loss)``."""
+        """Before ``backward(loss)``; ``loss`` is already divided by ``accumulate_grad_batches``, as in Lightning."""
 
     def on_after_backward(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """After ``backward``; gradients may not be synced across processes yet while accumulating."""

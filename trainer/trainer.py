@@ -266,6 +266,8 @@ class Trainer:
                     outputs, loss = run_batch(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
                     state.samples_seen += size * world
+                    if state.batch_in_epoch == plan.num_training_batches:  # epoch schedulers step here (Lightning)
+                        self.schedulers.at_last_batch(state.epoch)
                     if batch_end_hooks:
                         hooks.call("on_train_batch_end", detached(outputs, loss) if plan.automatic else outputs,
                                    batch, batch_idx)
@@ -287,7 +289,7 @@ class Trainer:
                 self.evaluation.epoch_end("on_train_epoch_end", hooks)
                 metrics.reset_epoch()  # at the end, so what on_train_start logged counts in the first epoch
                 if not cut:  # as Lightning: epoch-interval schedulers step only after a whole epoch
-                    self.schedulers.at_epoch_end(state.epoch)
+                    self.schedulers.at_epoch_end(state.epoch, sized=plan.num_training_batches is not None)
                 state.epoch += 1
                 state.batch_in_epoch = 0
                 stop.update_time()
@@ -341,14 +343,14 @@ class Trainer:
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """A training step's backward (``manual_backward`` too): the hooks around the engine's or the module's
-        ``backward``. ``on_before_backward`` sees the loss as returned; the backward divides it by the window."""
+        ``backward``, all given the loss divided by the accumulation window (as Lightning)."""
         hooks = self._hooks
         assert hooks is not None
-        for hook in hooks.overriders["on_before_backward"]:
-            hook(loss)
         k = self.config.accumulate_grad_batches
         if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
             loss = loss / k
+        for hook in hooks.overriders["on_before_backward"]:
+            hook(loss)
         if self.plan.custom_backward:
             self.module.backward(loss, *args, **kwargs)
         else:

@@ -342,6 +342,60 @@ def loop_limits(workdir: str) -> dict[str, Any]:
     return out
 
 
+class SchedulerTiming(Recorded):
+    """An epoch StepLR and an epoch ReduceLROnPlateau on two parameter groups; records the rates each hook sees."""
+
+    def _rates(self, where: str) -> None:
+        groups = self.trainer.optimizers[0].param_groups
+        self.calls.append([where, self.current_epoch, *(round(g["lr"], 6) for g in groups)])
+
+    def training_step(self, batch, batch_idx):
+        self._rates(f"train_{batch_idx}")
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch[0]).pow(2).mean() + self.current_epoch)  # rises: the plateau acts
+        if batch_idx == 0:
+            self._rates("validation")
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self._rates(f"batch_end_{batch_idx}")
+
+    def on_train_epoch_end(self) -> None:
+        self._rates("epoch_end")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD([{"params": self.layer.weight}, {"params": self.layer.bias}], lr=1.0)
+        step = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.1)
+        return [optimizer], [{"scheduler": step}, {"scheduler": plateau, "monitor": "val_loss"}]
+
+
+def scheduler_timing(workdir: str) -> dict[str, Any]:
+    model = SchedulerTiming()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=2, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model, _data(4), _data(2))
+    return {"rates": model.calls}
+
+
+class BeforeBackward(Recorded):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.calls.append(["returned", round(float(loss), 6)])
+        return loss
+
+    def on_before_backward(self, loss) -> None:
+        self.calls.append(["on_before_backward", round(float(loss), 6)])
+
+
+def before_backward(workdir: str) -> dict[str, Any]:
+    pl.seed_everything(0, verbose=False)
+    model = BeforeBackward()
+    trainer = pl.Trainer(default_root_dir=workdir, max_epochs=1, accumulate_grad_batches=2, **QUIET)
+    trainer.fit(model, _data(4))
+    return {"losses": [c for c in model.calls if c[0] != "train"]}
+
+
 def main(workdir: str) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with warnings.catch_warnings():
@@ -350,4 +404,5 @@ def main(workdir: str) -> dict[str, Any]:
             ("module_hooks", module_hooks), ("logging", logging), ("callback_contracts", callback_contracts),
             ("weight_averaging", weight_averaging), ("loader_attributes", loader_attributes),
             ("loader_order", loader_order), ("module_extras", module_extras),
-            ("loop_limits", loop_limits))}
+            ("loop_limits", loop_limits), ("scheduler_timing", scheduler_timing),
+            ("before_backward", before_backward))}

@@ -112,7 +112,8 @@ def test_swa_owns_the_learning_rate_over_another_scheduler() -> None:
     seen: list[float] = []
 
     class Lr(Callback):
-        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:  # the rate this batch's step used
+        # The rate this batch's step uses (at its end an epoch's last batch shows the epoch scheduler's step).
+        def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
             seen.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     fit(WithScheduler(), StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=0),
@@ -174,7 +175,7 @@ def test_bad_arguments_fail_early_with_the_fix() -> None:
         StochasticWeightAveraging(swa_lrs=0.1, annealing_strategy="step")
     with pytest.raises(ValueError, match=r"decay.*\[0, 1\].*1.5"):
         EMAWeightAveraging(decay=1.5)
-    with pytest.raises(ValueError, match=r"swa_epoch_start=0.5\) is a fraction.*max_epochs=None"):
+    with pytest.raises(ValueError, match=r"swa_epoch_start=0.5\) is a fraction.*max_epochs=-1"):
         trainer = Trainer(**QUIET, max_epochs=-1, max_steps=4, callbacks=[StochasticWeightAveraging(0.1, 0.5)])
         trainer.fit(Regressor(), data())
 

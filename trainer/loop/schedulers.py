@@ -13,7 +13,9 @@ from trainer.optim import SchedulerConfig
 
 class SchedulerStepper:
     """Step schedulers (``interval="step"``) after each optimizer step, plateau step schedulers at the batch
-    boundary (after validation: they may monitor a validation metric), epoch schedulers at each epoch end.
+    boundary (after validation: they may monitor a validation metric); epoch schedulers, as Lightning, after the
+    epoch's last batch (before its ``on_train_batch_end``, its validation and epoch-end hooks), plateau ones at
+    the epoch's end (after validation).
 
     Under manual optimisation the module steps its schedulers itself (as in Lightning): give ``configs=[]``.
 
@@ -37,7 +39,8 @@ class SchedulerStepper:
         self._metrics = metrics
         self.per_step = [c for c in configs if c.interval == "step" and not c.reduce_on_plateau]
         self.plateau_per_step = [c for c in configs if c.interval == "step" and c.reduce_on_plateau]
-        self.per_epoch = [c for c in configs if c.interval == "epoch"]
+        self.per_epoch = [c for c in configs if c.interval == "epoch" and not c.reduce_on_plateau]
+        self.plateau_per_epoch = [c for c in configs if c.interval == "epoch" and c.reduce_on_plateau]
 
     def after_optimizer_step(self, global_step: int) -> None:
         if self.per_step:
@@ -47,9 +50,16 @@ class SchedulerStepper:
         if self.plateau_per_step:
             self._step(self.plateau_per_step, global_step)
 
-    def at_epoch_end(self, epoch: int) -> None:
+    def at_last_batch(self, epoch: int) -> None:
+        """The epoch's last batch is done (its count known: a sized loader)."""
         if self.per_epoch:
             self._step(self.per_epoch, epoch + 1)
+
+    def at_epoch_end(self, epoch: int, sized: bool) -> None:
+        """A whole epoch ended; ``sized``: its last batch was known (``at_last_batch`` stepped the others)."""
+        configs = self.plateau_per_epoch if sized else self.per_epoch + self.plateau_per_epoch
+        if configs:
+            self._step(configs, epoch + 1)
 
     def _step(self, configs: list[SchedulerConfig], count: int) -> None:
         for config in configs:
