@@ -43,7 +43,7 @@ from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrup
 from trainer.loop.stepping import check_trainable, detached, loss_of
 from trainer.loop.stop import StopController
 from trainer.metrics.logger import LogOptions, MetricLogger
-from trainer.metrics.tracking import TrackerLink
+from trainer.metrics.tracking import TrackerLink, warn_log_interval
 from trainer.module import TrainModule
 from trainer.optim import clip_gradients
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
@@ -207,15 +207,9 @@ class Trainer:
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
             self.trackers.start((self.module, self.datamodule))
             if resume is None:  # said once, when the run starts (not again at every resume of it)
-                self._warn_log_interval()
+                warn_log_interval(plan.num_training_batches, self.config.log_every_n_steps,
+                                  self.trackers.started and self.accelerator.is_main_process)
             self._fit_loop(hooks, sanity_check=resume is None)
-
-    def _warn_log_interval(self) -> None:
-        batches, every = self.plan.num_training_batches, self.config.log_every_n_steps
-        if self.trackers.started and batches is not None and 0 < batches < every and self.accelerator.is_main_process:
-            warnings.warn(f"The number of training batches ({batches}) is smaller than the logging interval "
-                          f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want "
-                          "to see logs for the training epoch.", PossibleUserWarning, stacklevel=4)
 
     def _restore(self, resume: Resume) -> None:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""

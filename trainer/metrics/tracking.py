@@ -1,9 +1,12 @@
-"""`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer."""
+"""`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer; the warning
+when an epoch is shorter than the logging interval."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
 from trainer.metrics.logger import to_python
 from trainer.state import TrainState
@@ -65,3 +68,12 @@ class TrackerLink:
         if self.started and not self.finished:
             self.finished = True
             self.accelerator.finish_trackers()
+
+
+def warn_log_interval(num_batches: int | None, every: int, logs: bool) -> None:
+    """Lightning's warning when an epoch has fewer batches than ``log_every_n_steps`` (``logs``: this process
+    writes to running trackers)."""
+    if logs and num_batches is not None and 0 < num_batches < every:
+        warnings.warn(f"The number of training batches ({num_batches}) is smaller than the logging interval "
+                      f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want to "
+                      "see logs for the training epoch.", PossibleUserWarning, stacklevel=4)
