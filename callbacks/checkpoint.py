@@ -469,7 +469,12 @@ class ModelCheckpoint(Callback):
                     continue
                 if os.path.islink(path) and trainer.is_global_zero:
                     os.unlink(path)  # a link of an earlier run (save_last="link"): the copy takes its place
-                trainer.save_checkpoint(path, weights_only=self.save_weights_only, async_save=asynchronous)
+                # Lightning's call, (filepath, weights_only): a Trainer subclass overriding save_checkpoint with
+                # Lightning's signature works; async_save only when asked for.
+                if asynchronous:
+                    trainer.save_checkpoint(path, self.save_weights_only, async_save=True)
+                else:
+                    trainer.save_checkpoint(path, self.save_weights_only)
                 self._report(trainer, path, score, epoch, step, asynchronous)
         except BaseException:
             self.load_state_dict(before)

@@ -116,13 +116,14 @@ class EarlyStopping(Callback):
 
     def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and not trainer.sanity_checking and not self._check_at_epoch_end:
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._fitting and self._check_at_epoch_end:
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
 
-    def _check(self, trainer: TrainerView) -> None:
+    def _run_early_stopping_check(self, trainer: TrainerView) -> None:
+        """One check of the monitored metric (Lightning's name: subclasses written for it override this)."""
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             message = (f"EarlyStopping(monitor={self.monitor!r}) found no such metric. Logged metrics: "

@@ -155,7 +155,8 @@ class ProgressBar(Callback):
     # -- training ---------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # From 0, as current_epoch, checkpoint names and resume messages: one numbering everywhere.
-        epochs = f"/{trainer.max_epochs - 1}" if trainer.max_epochs is not None else ""
+        limit = trainer.max_epochs
+        epochs = f"/{limit - 1}" if limit is not None and limit >= 0 else ""
         self._train = self._start(f"Epoch {trainer.current_epoch}{epochs}", trainer.num_training_batches,
                                   leave=True, position=0)
         self._first_batch = trainer.state.batch_in_epoch  # batches of this epoch done before a resume
