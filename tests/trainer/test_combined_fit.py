@@ -15,18 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.trainer.helpers import QUIET
+from tests.trainer.test_combined_loader import plain
 from trainer import Trainer, TrainModule
 from trainer.utilities import CombinedLoader
-
-
-def plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
-    return value
 
 
 class Recorder(TrainModule):

@@ -77,13 +77,6 @@ def prepare_combined(combined: CombinedLoader, prepare: Callable[[DataLoader], D
     return CombinedTrainData(combined), count
 
 
-def loader_len(loader: Any) -> int | None:
-    try:
-        return len(loader)
-    except (TypeError, NotImplementedError):
-        return None
-
-
 class CombinedTrainData:
     """The training loop's iterable over a ``CombinedLoader`` of prepared loaders: yields one combined batch per
     step (``len()`` is the whole epoch, before ``limit_train_batches``).
@@ -95,7 +88,7 @@ class CombinedTrainData:
     def __init__(self, combined: CombinedLoader) -> None:
         self.combined = combined
         self.loaders = list(combined.flattened)
-        self.lengths = [loader_len(loader) for loader in self.loaders]
+        self.lengths = [loader_length(loader) for loader in self.loaders]
         self.mode = combined.mode
         self._start = 0  # a resumed epoch's batch number (set by line_up, used by the next pass)
         self._resumed_mid_epoch = False
@@ -195,7 +188,7 @@ def finish_open_pass(loader: Any) -> None:
     """Bring a prepared loader whose pass was left half-read to that pass's end, at the index level (its sampler
     reads the rest of the epoch, no batch is fetched): the state the next epoch starts from."""
     state_dict = getattr(loader, "state_dict", None)
-    length = loader_len(loader)
+    length = loader_length(loader)
     if not callable(state_dict) or length is None:
         return
     position = state_dict()

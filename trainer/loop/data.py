@@ -78,10 +78,11 @@ def check_loaders(kind: str, given: Any) -> DataLoader:
 
 
 def loader_length(loader: Any) -> int | None:
-    """``len(loader)`` in batches, or ``None`` for loaders without a length (iterable datasets)."""
+    """``len(loader)`` in batches, or ``None`` for loaders without a length (iterable datasets; a sampler whose
+    ``__len__`` raises ``NotImplementedError``)."""
     try:
         return len(loader)
-    except TypeError:
+    except (TypeError, NotImplementedError):
         return None
 
 
