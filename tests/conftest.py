@@ -21,7 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import torch.distributed as dist
+
+from tests.kernel_path import pin
+
+# One kernel path for every test and every process it starts (tests/kernel_path.py says why), set before torch
+# starts: the values recorded from Lightning / Accelerate / DeepSpeed / torchao hold on any CPU only under it.
+pin()
+
+import torch.distributed as dist  # noqa: E402 - after pin(): torch reads the settings when it loads
 
 # Scripts that record values from the real Lightning / Accelerate (run by hand in a throwaway environment with
 # those packages); not tests, and `--doctest-modules` must not import them.

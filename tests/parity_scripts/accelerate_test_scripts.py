@@ -19,6 +19,7 @@ answers False there (a feature Ember does not have). Nothing of Accelerate is co
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import argparse
 import ast

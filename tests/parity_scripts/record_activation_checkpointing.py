@@ -15,6 +15,7 @@ Accelerate's wrapping + torch's ``fully_shard`` (as Accelerate's FSDP2 path does
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import gc
 import json
@@ -265,7 +266,7 @@ def main() -> None:
              "cases": record_cases(), "two_processes": multi_process()}
     with open(OUT, "w") as f:
         f.write(f'"""Observed from accelerate {accelerate.__version__} (torch {torch.__version__}, CPU) by '
-                'tests/parity_scripts/record_activation_checkpointing.py; do not edit."""\n\n')
+                'tests/parity_scripts/record_activation_checkpointing.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit."""\n\n')
         f.write(f"EXPECTED = {pprint.pformat(found, width=116, sort_dicts=False)}\n")
     print("wrote", OUT)
 

@@ -8,6 +8,7 @@ script, as its own process, as a user would start it).
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import json
 import os
@@ -89,6 +90,6 @@ if __name__ == "__main__":
         results["ddp"] = run_ddp()
     with open(os.path.join(CORPUS, "expected.py"), "w") as f:
         f.write(f'"""Observed from lightning {lightning.__version__} (torch {__import__("torch").__version__}) by '
-                'tests/parity_scripts/record_corpus.py; do not edit."""\n\n# ruff: noqa: ISC004 - pprint splits long strings\n\n')
+                'tests/parity_scripts/record_corpus.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit."""\n\n# ruff: noqa: ISC004 - pprint splits long strings\n\n')
         f.write(f"EXPECTED = {pprint.pformat(results, width=110, sort_dicts=True)}\n")
     print("wrote", os.path.join(CORPUS, "expected.py"))

@@ -17,6 +17,7 @@ What it runs, each on 2 processes (torch.distributed.run, gloo, 127.0.0.1), with
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import json
 import os
@@ -162,7 +163,7 @@ def main(workdir: str) -> None:
     tools.write_expected(OUT_MODULE, f"Observed from accelerate {accelerate.__version__} + deepspeed "
                          f"{deepspeed.__version__} (torch {torch.__version__}, DS_ACCELERATOR=cpu, 2 processes, gloo) "
                          "by\ntests/parity_scripts/record_deepspeed.py running tests/distributed/deepspeed_script.py "
-                         "and deepspeed_probe_script.py; do not edit.", results, workdir)
+                         "and deepspeed_probe_script.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit.", results, workdir)
     print("wrote", OUT_MODULE, "in", results["record_seconds"], "s")
 
 

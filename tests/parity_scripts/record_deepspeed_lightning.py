@@ -20,6 +20,7 @@ Also recorded: ``DeepSpeedStrategy.__init__``'s defaults, the config each regist
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import inspect
 import json
@@ -216,7 +217,7 @@ def main(workdir: str) -> None:
                          f"{results['versions']['deepspeed']} (torch {torch.__version__}, DS_ACCELERATOR=cpu, "
                          "2 processes, gloo, the CUDA-only checks skipped) by\n"
                          "tests/parity_scripts/record_deepspeed_lightning.py running "
-                         "tests/lightning_corpus/deepspeed_script.py; do not edit.", results, workdir)
+                         "tests/lightning_corpus/deepspeed_script.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit.", results, workdir)
     print("wrote", OUT_MODULE, "in", results["record_seconds"], "s")
 
 

@@ -4,6 +4,7 @@
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import importlib
 import json

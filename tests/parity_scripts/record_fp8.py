@@ -20,6 +20,7 @@ What is recorded:
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import json
 import os
@@ -376,7 +377,7 @@ def main(no_torchao_python: str | None) -> None:
     found["errors"] = errors(no_torchao_python)
     with open(OUT, "w") as f:
         f.write(f'"""Observed from torchao {torchao.__version__} and accelerate {accelerate.__version__} '
-                f'(torch {torch.__version__}, CPU) by tests/parity_scripts/record_fp8.py; do not edit."""\n\n')
+                f'(torch {torch.__version__}, CPU) by tests/parity_scripts/record_fp8.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit."""\n\n')
         f.write(f"EXPECTED = {pprint.pformat(found, width=116, sort_dicts=False)}\n")
     print("wrote", OUT)
 

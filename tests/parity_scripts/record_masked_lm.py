@@ -10,6 +10,7 @@ trained weights.
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import pprint
 import sys

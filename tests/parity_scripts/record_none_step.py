@@ -8,6 +8,7 @@ and the final weights.
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import torch
 from lightning.pytorch import LightningModule, Trainer

@@ -16,6 +16,7 @@ skips that version check.
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import dataclasses
 import json
@@ -219,7 +220,7 @@ def main() -> None:
                 **in_process(), "processes": multi_process()}
     with open(OUT, "w") as f:
         f.write(f'"""Observed from accelerate {accelerate.__version__} (torch {torch.__version__}, CPU, gloo) by '
-                'tests/parity_scripts/record_parallelism_config.py; do not edit."""\n\n')
+                'tests/parity_scripts/record_parallelism_config.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit."""\n\n')
         f.write(f"EXPECTED = {pprint.pformat(expected, width=116, sort_dicts=False)}\n")
     print("wrote", OUT)
 

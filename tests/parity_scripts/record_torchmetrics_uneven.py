@@ -12,6 +12,7 @@ without ``drop_last``, for N=18 (even: Lightning's sampler repeats nothing) and 
 """
 
 from __future__ import annotations
+import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
 
 import json
 import os
