@@ -30,7 +30,30 @@ bitwise on whatever CPU runs it, pinned or not.
 from __future__ import annotations
 
 import os
+import platform
 import sys
+from pathlib import Path
+
+# Recorded under the pins on the machine where the anchors' values were recorded (2026-11-28: "Intel(R) Xeon(R)
+# Processor", Sapphire Rapids flags: avx512f avx512_bf16 amx_bf16 amx_tile), with `python tests/kernel_probe.py`;
+# the same digests came from QEMU's Haswell-v4, Skylake-Server-v4, Icelake-Server-v6 and Cascadelake-Server-v5
+# models (Intel; TCG emulates up to AVX2 on each).
+RECORDED_DIGESTS: dict[str, str] = {
+    "fp32_linear_fwd_bwd": "4d7e340f73269777",
+    "fp32_matmul_192x384x384": "a5c23ba9e3feaa61",
+    "bf16_autocast_linear_fwd_bwd": "1e5cc89343e9ecc5",
+    "bf16_matmul_192x384x384": "68c6cc966c7970d7",
+    "bf16_elementwise": "b1a4639ef15ab19d",
+    "layernorm": "121c0f490a33c796",
+    "gelu": "bebe09df891c74d6",
+    "softmax_cross_entropy": "17d133287f6976cc",
+    "vector_math": "d824864db28271d5",
+    "reductions": "da30758aadb181b0",
+    "conv2d": "ea2d054951c86559",
+    "batchnorm": "140c5e821d6a6360",
+    "float8_casts": "6dddf9c4be9d4f70",
+    "adamw_steps": "d8b833690610b04c",
+}
 
 PINNED: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -59,3 +82,43 @@ def pin(environ: os._Environ[str] | dict[str, str] | None = None) -> None:
 def describe() -> str:
     """The pinned settings as one line for messages and recordings."""
     return " ".join(f"{name}={value}" for name, value in PINNED.items())
+
+
+def cpu_description() -> str:
+    """The model name, vendor and the flags that decide kernel paths, from /proc/cpuinfo."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
+    wanted = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    model = fields.get("model name\t", "?").strip()
+    vendor = fields.get("vendor_id\t", "?").strip()
+    return f"{model} ({vendor}; {' '.join(wanted) or 'no AVX2'})"
+
+
+def pins_cover_this_cpu() -> bool:
+    """Whether the pins are claimed to reproduce the recording machine's bits here: an Intel x86-64 CPU with AVX2.
+
+    Elsewhere (an AMD CPU, where MKL ignores ``MKL_CBWR``; a CPU without AVX2) the recorded-anchor comparisons
+    may differ in the last bits for reasons that are the CPU's, not Ember's.
+    """
+    return platform.machine() in ("x86_64", "AMD64") and "GenuineIntel" in cpu_description() and \
+        "avx2" in cpu_description()
+
+
+def moved_kernels() -> dict[str, tuple[str, str]]:
+    """The kernels this process computes with other bits than the recording machine: {name: (recorded, here)}.
+
+    Runs tests/kernel_probe.py in this process (under its own random state): call it only where the pins are in
+    force, as in the test session.
+    """
+    import torch
+
+    from tests.kernel_probe import probe
+
+    with torch.random.fork_rng(devices=[]):
+        got = probe()
+    return {name: (RECORDED_DIGESTS.get(name, "-"), value) for name, value in got.items()
+            if RECORDED_DIGESTS.get(name) != value}

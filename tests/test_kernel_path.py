@@ -27,45 +27,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.kernel_path import PINNED, describe
+from tests.kernel_path import PINNED, cpu_description, describe, moved_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "kernel_probe.py"
 QEMU = shutil.which("qemu-x86_64")
-# Recorded under the pins on the machine where the anchors' values were recorded (2026-11-28: "Intel(R) Xeon(R)
-# Processor", Sapphire Rapids flags: avx512f avx512_bf16 amx_bf16 amx_tile), with `python tests/kernel_probe.py`;
-# the same digests came from QEMU's Haswell-v4, Skylake-Server-v4, Icelake-Server-v6 and Cascadelake-Server-v5
-# models (Intel; TCG emulates up to AVX2 on each).
-RECORDED_DIGESTS = {
-    "fp32_linear_fwd_bwd": "4d7e340f73269777",
-    "fp32_matmul_192x384x384": "a5c23ba9e3feaa61",
-    "bf16_autocast_linear_fwd_bwd": "1e5cc89343e9ecc5",
-    "bf16_matmul_192x384x384": "68c6cc966c7970d7",
-    "bf16_elementwise": "b1a4639ef15ab19d",
-    "layernorm": "121c0f490a33c796",
-    "gelu": "bebe09df891c74d6",
-    "softmax_cross_entropy": "17d133287f6976cc",
-    "vector_math": "d824864db28271d5",
-    "reductions": "da30758aadb181b0",
-    "conv2d": "ea2d054951c86559",
-    "batchnorm": "140c5e821d6a6360",
-    "float8_casts": "6dddf9c4be9d4f70",
-    "adamw_steps": "d8b833690610b04c",
-}
-
-
-def cpu_description() -> str:
-    """The model name, vendor and the flags that decide kernel paths, from /proc/cpuinfo."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
-    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
-    wanted = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
-    model = fields.get("model name\t", "?").strip()
-    vendor = fields.get("vendor_id\t", "?").strip()
-    return f"{model} ({vendor}; {' '.join(wanted) or 'no AVX2'})"
 
 
 def run_probe(env: dict[str, str], emulate: str | None = None, timeout: float = 600) -> dict[str, Any]:
@@ -91,16 +57,15 @@ def test_the_session_runs_on_the_pinned_kernel_path() -> None:
         "AVX2, so the values recorded from the anchors cannot be reproduced here (tests/kernel_path.py)")
 
 
+@pytest.mark.recorded_bits
 def test_this_cpu_gives_the_recorded_digests_under_the_pins() -> None:
-    got = run_probe(dict(os.environ))
-    moved = {name: (RECORDED_DIGESTS[name], value) for name, value in got["digests"].items()
-             if RECORDED_DIGESTS.get(name) != value}
+    moved = moved_kernels()
     assert not moved, (
         f"under {describe()} this CPU, {cpu_description()}, computes these kernels with other bits than the machine "
         f"the anchors were recorded on (recorded, here): {moved}. The recorded-anchor comparisons (DeepSpeed, "
         "activation checkpointing, fp8, model parallel, the Lightning corpus, Accelerate's scripts) will differ "
         "in the last bits on this CPU for the same reason; Ember-against-Ember comparisons are unaffected. "
-        "tests/kernel_path.py lists what the pins do not cover (MKL's vector math on non-Intel processors).")
+        "If torch or a kernel library changed, re-record the anchors (tests/parity_scripts/) and RECORDED_DIGESTS.")
 
 
 @pytest.mark.skipif(QEMU is None or platform.machine() != "x86_64",

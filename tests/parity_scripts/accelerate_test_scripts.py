@@ -19,7 +19,10 @@ answers False there (a feature Ember does not have). Nothing of Accelerate is co
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import argparse
 import ast

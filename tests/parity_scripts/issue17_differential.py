@@ -9,7 +9,10 @@ the ``accelerate`` run (accelerate 1.15.0, torch 2.13.0, CPU, gloo).
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import importlib
 import json

@@ -2,7 +2,9 @@
 
 Prints the recorded learning rates, smoothed losses and the suggestion, pasted into test_tuner.py (LIGHTNING_*).
 """
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import lightning as L
 import torch

@@ -15,7 +15,10 @@ Accelerate's wrapping + torch's ``fully_shard`` (as Accelerate's FSDP2 path does
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import gc
 import json

@@ -10,7 +10,10 @@ and ``trainer.num_training_batches`` (also with ``limit_train_batches``).
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 from collections import namedtuple
 

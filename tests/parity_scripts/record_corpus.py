@@ -8,7 +8,10 @@ script, as its own process, as a user would start it).
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import json
 import os

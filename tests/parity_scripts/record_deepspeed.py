@@ -17,7 +17,10 @@ What it runs, each on 2 processes (torch.distributed.run, gloo, 127.0.0.1), with
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import json
 import os

@@ -20,7 +20,10 @@ Also recorded: ``DeepSpeedStrategy.__init__``'s defaults, the config each regist
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import inspect
 import json

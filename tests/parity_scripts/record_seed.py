@@ -1,6 +1,8 @@
 """Record Lightning 2.6.6's seeding (run with /work/refvenv/bin/python); the values are constants in
 tests/trainer/test_utilities.py."""
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import os
 import random

@@ -9,7 +9,10 @@ tests/trackers/tensorboard_recorded.py, which tests/trackers/test_tensorboard_la
 """
 
 from __future__ import annotations
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import pprint
 import sys

@@ -3,7 +3,9 @@
 Prints the averaged weights the trained module ends with, and the weights validation saw after epoch 0; the
 values are pasted into tests/tools/test_weight_averaging.py (LIGHTNING_EMA_*).
 """
-import pinned  # noqa: F401, I001 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+import pinned  # noqa: F401 - first: the suite's CPU kernel path before torch loads (tests/kernel_path.py)
+
+# isort: split
 
 import lightning as L
 import torch

@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "parity_scripts"))
-import pinned  # noqa: E402, F401 - the suite's CPU kernel path (tests/kernel_path.py) for every script run below
+import pinned  # noqa: F401 - the suite's CPU kernel path (tests/kernel_path.py) for every script run below
 
 
 def swapped(name: str, folder: Path) -> Path:
