@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -98,6 +99,7 @@ def _checkpointed_everywhere() -> dict[str, Any]:
             "fsdp": [{k: v for k, v in run.items() if k != "state"} for run in fsdp], "fsdp_same_state": same_state}
 
 
+@pytest.mark.recorded_bits
 def test_gradients_equal_with_and_without_checkpointing_on_ddp_tp_and_fsdp2(run_distributed: Any) -> None:
     ranks = run_distributed(_checkpointed_everywhere, 2, timeout=300)
     for rank, (result, recorded) in enumerate(zip(ranks, EXPECTED["two_processes"])):

@@ -62,6 +62,7 @@ def _compared(record: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", ["z2_fp32", "z3_fp32", "z1_bf16_offload", "config_z3_bf16_offload"])
+@pytest.mark.recorded_bits
 def test_accelerates_deepspeed_script_gives_accelerates_weights(tmp_path: Path, name: str) -> None:
     expected = EXPECTED["runs"][name]
     got = launch(SCRIPT, {**expected["run"], "probes": name == "z2_fp32"}, tmp_path)
@@ -74,6 +75,7 @@ def test_accelerates_deepspeed_script_gives_accelerates_weights(tmp_path: Path, 
         assert [name for name, _ in probes["save_model"]] == ["model.safetensors"]
 
 
+@pytest.mark.recorded_bits
 def test_a_deepspeed_checkpoint_resumes_bitwise(tmp_path: Path) -> None:
     expected = EXPECTED["runs"]["z2_fp32"]
     full = launch(SCRIPT, {**expected["run"], "save_at": [6]}, tmp_path / "full")
@@ -107,6 +109,7 @@ with open(sys.argv[1]) as f:
 '''
 
 
+@pytest.mark.recorded_bits
 def test_a_kill_during_a_deepspeed_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
     killed = tmp_path / "killed.py"
     killed.write_text(KILLED)

@@ -81,6 +81,7 @@ def _fp8_everywhere(folder: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.recorded_bits
 def test_fp8_with_fsdp2_and_ddp_on_2_processes(run_distributed: Any, tmp_path: Any) -> None:
     ranks = run_distributed(_fp8_everywhere, 2, str(tmp_path / "ckpt"), timeout=300)
     recorded = EXPECTED["fsdp2_fp8_all_gather_2_processes"]

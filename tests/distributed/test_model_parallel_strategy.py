@@ -48,6 +48,7 @@ def assert_lightnings(result: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("name,args", [("tp2", ("--tp", "2")), ("tp2_sp", ("--tp", "2", "--variant", "sp"))])
+@pytest.mark.recorded_bits
 def test_tensor_parallel_on_2_processes_is_lightnings(tmp_path: Path, name: str, args: tuple[str, ...]) -> None:
     result = run(tmp_path, name, *args)
     assert_lightnings(result, EXPECTED["runs"][name])
@@ -56,6 +57,7 @@ def test_tensor_parallel_on_2_processes_is_lightnings(tmp_path: Path, name: str,
     assert result["sample_indices"][0] == result["sample_indices"][1] == [[0, 1], [2, 3], [4, 5]] * 2
 
 
+@pytest.mark.recorded_bits
 def test_2x2_data_and_tensor_parallel_is_lightnings_and_resumes_bitwise(tmp_path: Path) -> None:
     full = run(tmp_path, "full", "--dp", "2", "--tp", "2")
     assert_lightnings(full, EXPECTED["runs"]["dp2_tp2"])
@@ -67,6 +69,7 @@ def test_2x2_data_and_tensor_parallel_is_lightnings_and_resumes_bitwise(tmp_path
     assert resumed["hook_log"] == expected["resumed_hook_log"]
 
 
+@pytest.mark.recorded_bits
 def test_tensor_parallel_checkpoints_resume_and_load_on_other_layouts(tmp_path: Path) -> None:
     sharded, full_file = str(tmp_path / "sharded"), str(tmp_path / "full")
     run(tmp_path, "first", "--tp", "2", "--epochs", "1", "--save", sharded)
@@ -140,6 +143,7 @@ def test_model_parallel_errors_and_defaults_are_lightnings(tmp_path: Path) -> No
         assert found[name].startswith(expected), (name, found[name], expected)
 
 
+@pytest.mark.recorded_bits
 def test_a_1x1_mesh_on_one_process_saves_and_resumes_bitwise(tmp_path: Path) -> None:
     # configure_model splits the model on a mesh of one process (DTensor parameters under the single-process
     # backend): its checkpoint is written as the tensor-parallel backend writes it, and resumes exactly.

@@ -51,6 +51,7 @@ def test_a_strategy_that_sets_the_accumulation_in_its_config_is_refused() -> Non
 @pytest.mark.parametrize(("strategy", "precision"), [("deepspeed_stage_1", "32"),
                                                      ("deepspeed_stage_2_offload", "bf16-mixed"),
                                                      ("deepspeed_stage_3", "32")])
+@pytest.mark.recorded_bits
 def test_the_trainer_trains_and_resumes_exactly_under_deepspeed(tmp_path: Path, strategy: str,
                                                                 precision: str) -> None:
     run: dict[str, Any] = {"strategy": strategy, "precision": precision}

@@ -161,6 +161,7 @@ def test_recipe_config_and_environment_are_accelerates(monkeypatch: pytest.Monke
 
 
 @needs_torchao
+@pytest.mark.recorded_bits
 def test_losses_equal_accelerates_and_every_layer_trains() -> None:
     acc = Accelerator(mixed_precision="fp8")
     losses, model = train(acc)
@@ -190,6 +191,7 @@ def test_losses_equal_accelerates_and_every_layer_trains() -> None:
 
 
 @needs_torchao
+@pytest.mark.recorded_bits
 def test_without_the_autocast_it_is_torchao_alone() -> None:
     acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[AutocastKwargs(enabled=False)])
     losses, _ = train(acc)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from engine.state import AcceleratorState, GradientState
@@ -65,11 +66,13 @@ def _assert_matches_accelerate_and_resumes(runs: dict[str, Any], procs: int, ste
             assert (resumed["sha"], resumed["sum"]) == (full["sha"], full["sum"]), where
 
 
+@pytest.mark.recorded_bits
 def test_one_process_gives_accelerates_masks_and_weights_and_resumes_exactly(tmp_path: Path) -> None:
     runs = full_and_resumed(str(tmp_path), CHECKPOINT_STEPS)
     _assert_matches_accelerate_and_resumes(runs, 1, CHECKPOINT_STEPS)
 
 
+@pytest.mark.recorded_bits
 def test_two_processes_give_accelerates_masks_and_weights_and_resume_exactly(
         run_distributed: Callable[..., list[Any]], tmp_path: Path) -> None:
     steps = (6, 13)

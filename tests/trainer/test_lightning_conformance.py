@@ -52,6 +52,7 @@ def _run(name: str, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", ["bf16_transformer", "batchnorm_metrics"])
+@pytest.mark.recorded_bits
 def test_the_two_modules_of_issue_27_give_lightnings_weights_exactly(name: str, tmp_path: Path) -> None:
     # bf16-mixed + clipping + accumulation + a warm-up/cosine schedule over the estimated steps; BatchNorm +
     # torchmetrics + ReduceLROnPlateau + ModelCheckpoint + test on the best weights: equal to the last bit.

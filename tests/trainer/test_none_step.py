@@ -46,6 +46,7 @@ class Skipper(TrainModule):
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.recorded_bits
 def test_a_none_step_still_steps_and_counts_as_lightning(accumulate: int) -> None:
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(24, 3, generator=generator)

@@ -46,6 +46,7 @@ def test_lottery_ticket_resets_the_survivors_to_their_initial_values(observed: d
 
 @pytest.mark.parametrize("case", ["local_l1", "global_l1", "global_l1_lth", "random_local", "ln_structured",
                                   "amount_by_epoch", "on_validation_end", "custom_method"])
+@pytest.mark.recorded_bits
 def test_pruned_training_matches_lightning(observed: dict[str, Any], case: str) -> None:
     ours, theirs = dict(observed[case]), dict(LIGHTNING[case])
     if case == "custom_method":
