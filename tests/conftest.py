@@ -102,11 +102,14 @@ def _child(module: str, qualname: str, rank: int, env: dict[str, str], sys_path:
 
 
 def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout: float = DEFAULT_TIMEOUT_S,
-                    env: dict[str, str] | None = None, daemon: bool = True, **kwargs: Any) -> list[Any]:
+                    env: dict[str, str] | None = None, daemon: bool = True, launch_env: bool = True,
+                    **kwargs: Any) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` real processes and return each rank's result, in rank order.
 
     ``daemon=False`` lets the ranks start processes of their own (DataLoader workers); they are killed below
-    either way.
+    either way. ``launch_env=False`` (one process) leaves out torchrun's variables: a plain process of its own,
+    for a test that needs other kernel settings than this session's (``env``, read when the child starts torch's
+    kernels).
     """
     if "<locals>" in fn.__qualname__ or fn.__module__ == "__main__":
         raise ValueError(f"run_distributed needs a module-level function, got {fn.__module__}.{fn.__qualname__}")
@@ -116,9 +119,11 @@ def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, tim
     procs = []
     for rank in range(world_size):
         child_env = dict(os.environ)
-        child_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank),
-                          "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                          "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"})
+        if launch_env:
+            child_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank),
+                              "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                              "LOCAL_WORLD_SIZE": str(world_size)})
+        child_env["OMP_NUM_THREADS"] = "1"
         child_env.update(env or {})
         proc = ctx.Process(target=_child, args=(fn.__module__, fn.__qualname__, rank, child_env, list(sys.path),
                                                 args, kwargs, results), daemon=daemon)

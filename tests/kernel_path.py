@@ -62,6 +62,19 @@ PINNED: dict[str, str] = {
     "OMP_NUM_THREADS": "1",
 }
 
+# torch's CPU fp8 matrix product (``torch._scaled_mm``, through oneDNN) has backward kernels only from AVX512-FP16
+# up (Sapphire Rapids and later): under the AVX2 cap an fp8 training step fails ("could not create a primitive
+# descriptor for the matmul primitive"), and on a CPU without AVX512-FP16 it fails whatever the cap. The fp8
+# tests therefore train in child processes with oneDNN capped here instead, the fp8 recorder records under the
+# same cap, and both skip on a CPU without the feature.
+FP8_ONEDNN_ISA = "AVX512_CORE_FP16"
+FP8_PINNED: dict[str, str] = {**PINNED, "ONEDNN_MAX_CPU_ISA": FP8_ONEDNN_ISA}
+
+
+def cpu_runs_fp8_training() -> bool:
+    """Whether torch's CPU fp8 training kernels exist on this CPU (AVX512-FP16, see ``FP8_ONEDNN_ISA``)."""
+    return "avx512_fp16" in cpu_flags()
+
 
 def pin(environ: os._Environ[str] | dict[str, str] | None = None) -> None:
     """Put the pinned kernel path into ``environ`` (``os.environ`` by default) before torch starts.
@@ -82,6 +95,18 @@ def pin(environ: os._Environ[str] | dict[str, str] | None = None) -> None:
 def describe() -> str:
     """The pinned settings as one line for messages and recordings."""
     return " ".join(f"{name}={value}" for name, value in PINNED.items())
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def cpu_description() -> str:

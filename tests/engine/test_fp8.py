@@ -25,9 +25,14 @@ from engine import Accelerator, AutocastKwargs, DeepSpeedPlugin
 from engine.fp8 import FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from engine.imports import is_torchao_available
 from tests.distributed.fp8_expected import EXPECTED
+from tests.kernel_path import FP8_PINNED, cpu_runs_fp8_training
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_torchao = pytest.mark.skipif(not is_torchao_available(), reason='needs torchao: pip install "ember-train[fp8]"')
+# torch's CPU fp8 training kernels (oneDNN) need AVX512-FP16; the tests that train run in a child process with
+# oneDNN capped there (tests/kernel_path.py: FP8_PINNED), as the recording was made.
+needs_fp8_kernels = pytest.mark.skipif(not cpu_runs_fp8_training(),
+                                       reason="torch's CPU fp8 training kernels need AVX512-FP16, which this CPU lacks")
 STEPS, LR, BATCH = 12, 1e-2, 16
 
 
@@ -161,8 +166,13 @@ def test_recipe_config_and_environment_are_accelerates(monkeypatch: pytest.Monke
 
 
 @needs_torchao
+@needs_fp8_kernels
 @pytest.mark.recorded_bits
-def test_losses_equal_accelerates_and_every_layer_trains() -> None:
+def test_losses_equal_accelerates_and_every_layer_trains(run_distributed: Any) -> None:
+    run_distributed(losses_equal_accelerates_and_every_layer_trains, 1, env=FP8_PINNED, launch_env=False)
+
+
+def losses_equal_accelerates_and_every_layer_trains() -> None:
     acc = Accelerator(mixed_precision="fp8")
     losses, model = train(acc)
     # Accelerate's fp8 run with the optimizer built from the prepared model: bitwise the same.
@@ -191,15 +201,25 @@ def test_losses_equal_accelerates_and_every_layer_trains() -> None:
 
 
 @needs_torchao
+@needs_fp8_kernels
 @pytest.mark.recorded_bits
-def test_without_the_autocast_it_is_torchao_alone() -> None:
+def test_without_the_autocast_it_is_torchao_alone(run_distributed: Any) -> None:
+    run_distributed(without_the_autocast_it_is_torchao_alone, 1, env=FP8_PINNED, launch_env=False)
+
+
+def without_the_autocast_it_is_torchao_alone() -> None:
     acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[AutocastKwargs(enabled=False)])
     losses, _ = train(acc)
     assert losses == EXPECTED["training"]["fp8_torchao_accelerate_filter"]
 
 
 @needs_torchao
-def test_resume_is_exact(tmp_path: Path) -> None:
+@needs_fp8_kernels
+def test_resume_is_exact(run_distributed: Any, tmp_path: Path) -> None:
+    run_distributed(resume_is_exact, 1, tmp_path, env=FP8_PINNED, launch_env=False)
+
+
+def resume_is_exact(tmp_path: Path) -> None:
     from engine.state import AcceleratorState, GradientState
 
     def fresh() -> Accelerator:
