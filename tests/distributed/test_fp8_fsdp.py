@@ -58,8 +58,23 @@ def _train(acc: Any, steps: range, state: str | None = None, save: str | None = 
     return losses, model
 
 
-def _fp8_everywhere(folder: str) -> dict[str, Any]:
+def _fp8_as_recorded() -> dict[str, Any]:
+    """As recorded: torchao's conversion and fully_shard, no autocast, fp32 parameters; the first run of its
+    processes, as in the recorder (after another fp8 run in the same process a loss came out 1 ulp apart)."""
     from engine import AutocastKwargs
+    from engine.fsdp import FullyShardedDataParallelPlugin
+
+    torch.set_num_threads(1)
+    acc = _accelerator(kwargs_handlers=[AutocastKwargs(enabled=False)],
+                       fsdp_plugin=FullyShardedDataParallelPlugin(mixed_precision_policy="no"))
+    raw, model = _train(acc, range(STEPS))
+    return {"raw": raw,
+            "local_types": {n: type(p._local_tensor).__name__ for n, p in model.named_parameters()},
+            "precomputed": [getattr(p._local_tensor, "_precomputed_scale", None) is not None
+                            for n, p in model.named_parameters() if n.endswith("2.weight")]}
+
+
+def _fp8_everywhere(folder: str) -> dict[str, Any]:
     from engine.fsdp import FullyShardedDataParallelPlugin
 
     torch.set_num_threads(1)
@@ -67,13 +82,6 @@ def _fp8_everywhere(folder: str) -> dict[str, Any]:
     acc = _accelerator()  # first: once a state with an FSDP plugin was built, the process stays FSDP
     result["ddp"], model = _train(acc, range(STEPS))
     result["ddp_type"] = type(model).__name__
-    # As recorded: torchao's conversion and fully_shard, no autocast, fp32 parameters.
-    acc = _accelerator(kwargs_handlers=[AutocastKwargs(enabled=False)],
-                       fsdp_plugin=FullyShardedDataParallelPlugin(mixed_precision_policy="no"))
-    result["raw"], model = _train(acc, range(STEPS))
-    result["local_types"] = {n: type(p._local_tensor).__name__ for n, p in model.named_parameters()}
-    result["precomputed"] = [getattr(p._local_tensor, "_precomputed_scale", None) is not None
-                             for n, p in model.named_parameters() if n.endswith("2.weight")]
     # Ember's default: a bf16 autocast and bf16 FSDP parameters around the float8 products; then a resume.
     result["fsdp"], _ = _train(_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()), range(STEPS))
     _train(_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()), range(6), save=folder)
@@ -87,11 +95,12 @@ def _fp8_everywhere(folder: str) -> dict[str, Any]:
 @pytest.mark.recorded_bits
 def test_fp8_with_fsdp2_and_ddp_on_2_processes(run_distributed: Any, tmp_path: Any) -> None:
     # oneDNN capped at the fp8 kernels' level, as the recording (tests/kernel_path.py: FP8_PINNED).
-    ranks = run_distributed(_fp8_everywhere, 2, str(tmp_path / "ckpt"), timeout=300, env=FP8_PINNED)
+    raw = run_distributed(_fp8_as_recorded, 2, timeout=300, env=FP8_PINNED)
     recorded = EXPECTED["fsdp2_fp8_all_gather_2_processes"]
-    assert [rank["raw"] for rank in ranks] == recorded["losses_per_rank"]  # bitwise, each rank
-    assert ranks[0]["local_types"] == recorded["local_tensor_types"]  # the float8 all-gather wrapper is in place
-    assert ranks[0]["precomputed"] == [True]  # the optimizer's step hook precomputed the float8 scales
+    assert [rank["raw"] for rank in raw] == recorded["losses_per_rank"]  # bitwise, each rank
+    assert raw[0]["local_types"] == recorded["local_tensor_types"]  # the float8 all-gather wrapper is in place
+    assert raw[0]["precomputed"] == [True]  # the optimizer's step hook precomputed the float8 scales
+    ranks = run_distributed(_fp8_everywhere, 2, str(tmp_path / "ckpt"), timeout=300, env=FP8_PINNED)
     fp32 = EXPECTED["training"]["fp32"]  # one process, the whole batch
     mean = [sum(pair) / 2 for pair in zip(ranks[0]["fsdp"], ranks[1]["fsdp"])]
     # Half batches: each rank scales its own inputs. Measured 6.2e-3 from fp32 over the 12 steps.

@@ -133,7 +133,12 @@ def test_prepare_converts_the_layers_accelerate_converts() -> None:
 
 
 @needs_torchao
-def test_a_module_filter_replaces_the_whole_rule() -> None:
+@needs_fp8_kernels
+def test_a_module_filter_replaces_the_whole_rule(run_distributed: Any) -> None:
+    run_distributed(a_module_filter_replaces_the_whole_rule, 1, env=FP8_PINNED, launch_env=False)
+
+
+def a_module_filter_replaces_the_whole_rule() -> None:
     from engine.fp8 import AORecipeKwargs
 
     acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs(module_filter_func=lambda m, f: True)])
