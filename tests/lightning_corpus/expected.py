@@ -1,4 +1,4 @@
-"""Observed from lightning 2.6.6 (torch 2.13.0+cpu) by tests/parity_scripts/record_corpus.py; do not edit."""
+"""Observed from lightning 2.6.6 (torch 2.13.0+cpu) by tests/parity_scripts/record_corpus.py under the pinned CPU kernel path of tests/kernel_path.py; do not edit."""
 
 # ruff: noqa: ISC004 - pprint splits long strings
 

@@ -34,7 +34,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as work:
             recorded[f"masked_lm_{procs}"] = run("masked_lm.py", procs, cwd=Path(work))
     OUT.write_text(f'"""Recorded by tests/parity_scripts/record_masked_lm.py with Accelerate {accelerate.__version__}, '
-                   f'torch {__import__("torch").__version__}."""\n\n'
+                   f'torch {__import__("torch").__version__}, under the pinned CPU kernel path of '
+                   'tests/kernel_path.py."""\n\n'
                    f"RECORDED = {pprint.pformat(recorded, width=116, compact=True)}\n")
     print(OUT.read_text())
 

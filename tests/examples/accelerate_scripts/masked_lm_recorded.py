@@ -1,4 +1,4 @@
-"""Recorded by tests/parity_scripts/record_masked_lm.py with Accelerate 1.15.0, torch 2.13.0+cpu."""
+"""Recorded by tests/parity_scripts/record_masked_lm.py with Accelerate 1.15.0, torch 2.13.0+cpu, under the pinned CPU kernel path of tests/kernel_path.py."""
 
 RECORDED = {'masked_lm_1': {'keys': [[6579, 5260, 5748, 5140, 4995, 5675, 5826, 5764, 5504, 4751],
                           [5607, 6124, 6483, 4134, 4091, 6092, 5322, 6102, 5987, 5248]],
