@@ -5,9 +5,10 @@ torch's CPU kernels pick their code by the processor they run on: ATen's vectori
 (AVX2 / AVX512), oneDNN's JIT kernels (bf16 matrix products, convolutions) by instruction set (AVX512-BF16 and AMX
 where present), MKL's BLAS and vector math (``exp``, ``log``, ``sqrt``, ``erf`` on contiguous tensors) by
 processor, and reductions by the number of threads. The same script therefore ends with other last bits on
-another CPU. Measured here (tests/test_kernel_path.py records it): on this Sapphire Rapids Xeon (AVX512, AMX), a
-bf16 autocast ``Linear``, ``GELU``, ``exp`` / ``log`` / ``sqrt``, an AdamW step and a 1M-element sum give other
-bits than on an AVX2-only Haswell; under the settings below both give the same bits.
+another CPU. Measured with tests/kernel_probe.py on this Sapphire Rapids Xeon (AVX512, AMX): fp32 and bf16 matrix
+products, a bf16 autocast ``Linear``, ``GELU``, softmax, ``exp`` / ``log`` / ``sqrt`` / ``erf``, a convolution,
+BatchNorm and an AdamW step give other bits than on an AVX2-only Haswell (QEMU's user mode); under the settings
+below both give the same bits, as do QEMU's Skylake-Server, Cascadelake-Server and Icelake-Server models.
 
 The settings cap every library at AVX2 (every x86-64 server CPU of the last ten years has it) and fix the thread
 count at one:
@@ -19,12 +20,14 @@ count at one:
   rank on one thread.
 
 They apply to the test suite (``tests/conftest.py`` sets them before torch starts) and to the recorders in
-``tests/parity_scripts/`` (each calls :func:`pin` first); never to users' runs, which keep their CPU's fastest
-kernels. What stays CPU-specific even so: MKL ignores ``MKL_CBWR`` on non-Intel processors (its vector math then
-runs its SSE code, whose reciprocal-square-root estimates differ between vendors), so on an AMD CPU the
-recorded-anchor comparisons can differ in the last bits; :mod:`tests.test_kernel_path` says so by name when it
-happens. Every Ember-against-Ember comparison (a resumed run against the uninterrupted one, rank against rank) is
-bitwise on whatever CPU runs it, pinned or not.
+``tests/parity_scripts/`` (each imports ``pinned`` first, which calls :func:`pin`); never to users' runs, which
+keep their CPU's fastest kernels. fp8 training is the one exception (``FP8_PINNED`` below). What stays
+CPU-specific even so: MKL ignores ``MKL_CBWR`` on non-Intel processors (QEMU's EPYC-Rome model: its vector math
+takes MKL's generic code and ``exp`` / ``log`` / ``sqrt`` / ``erf``, and so AdamW, move), so on an AMD CPU the
+recorded-anchor comparisons can differ in the last bits; there the tests marked ``recorded_bits`` skip, naming
+the kernels that moved (tests/conftest.py), while on an Intel CPU with AVX2 they always run. Every
+Ember-against-Ember comparison (a resumed run against the uninterrupted one, rank against rank) is bitwise on
+whatever CPU runs it, pinned or not.
 """
 
 from __future__ import annotations
