@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.kernel_path import FP8_PINNED, cpu_runs_fp8_training
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SNIPPETS = DOCS / "snippets"
@@ -96,8 +98,9 @@ def page_chunks(page: Path) -> list[tuple[str, str]]:
     return chunks
 
 
-def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any) -> None:
+def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any, env: dict[str, str]) -> None:
     try:
+        os.environ.update(env)  # before the first kernel: oneDNN reads its cap then
         os.chdir(cwd)
         import torch
 
@@ -110,12 +113,13 @@ def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any) 
         results.put((False, traceback.format_exc()))
 
 
-def run_page(page: Path, cwd: Path) -> None:
+def run_page(page: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
     ctx = mp.get_context("forkserver")
     # A no-op once the server runs (tests/conftest.py starts the same one, with torch and the engine preloaded).
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "engine", "trainer", "callbacks", "trackers"])
     results = ctx.Queue()
-    proc = ctx.Process(target=_run_page, args=(page_chunks(page), str(page), str(cwd), results), daemon=False)
+    proc = ctx.Process(target=_run_page, args=(page_chunks(page), str(page), str(cwd), results, env or {}),
+                      daemon=False)
     proc.start()
     try:
         ok, error = results.get(timeout=TIMEOUT_S)
@@ -140,7 +144,11 @@ RUNNABLE = [page for page in pages() if any(e.no_run is None for e in examples(p
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_pages_examples_run(page: Path, tmp_path: Path) -> None:
-    run_page(page, tmp_path)
+    # A page that trains in fp8 runs with oneDNN at the fp8 kernels' level (tests/kernel_path.py: FP8_PINNED).
+    fp8 = re.search(r"""precision=["']fp8["']""", page.read_text(encoding="utf-8")) is not None
+    if fp8 and not cpu_runs_fp8_training():
+        pytest.skip(f"{page.name} trains in fp8: torch's CPU fp8 training kernels need AVX512-FP16, which this CPU lacks")
+    run_page(page, tmp_path, env=FP8_PINNED if fp8 else None)
 
 
 def test_every_example_runs_or_says_why_not() -> None:

@@ -119,7 +119,12 @@ def max_rel(a: list[float], b: list[float]) -> float:
 
 
 @needs_torchao
-def test_prepare_converts_the_layers_accelerate_converts() -> None:
+@needs_fp8_kernels
+def test_prepare_converts_the_layers_accelerate_converts(run_distributed: Any) -> None:
+    run_distributed(prepare_converts_the_layers_accelerate_converts, 1, env=FP8_PINNED, launch_env=False)
+
+
+def prepare_converts_the_layers_accelerate_converts() -> None:
     acc = Accelerator(mixed_precision="fp8")
     model, _ = acc.prepare(probe := probe_model(), torch.optim.SGD(probe.parameters(), lr=0.1))
     # First and last *registered* Linear kept (head although it is called last, tail), 24-wide ones kept.

@@ -12,6 +12,7 @@ from torch import nn
 
 from engine.imports import is_torchao_available
 from engine.utils import apply_activation_checkpointing
+from tests.kernel_path import FP8_PINNED, cpu_runs_fp8_training
 from tests.trainer.helpers import QUIET, data
 from trainer import Trainer, TrainModule
 
@@ -76,7 +77,14 @@ def test_checkpointed_blocks_train_to_the_same_weights_and_resume(tmp_path: Path
 
 
 @pytest.mark.skipif(not is_torchao_available(), reason='needs torchao: pip install "ember-train[fp8]"')
-def test_trainer_precision_fp8_converts_and_trains() -> None:
+@pytest.mark.skipif(not cpu_runs_fp8_training(),
+                    reason="torch's CPU fp8 training kernels need AVX512-FP16, which this CPU lacks")
+def test_trainer_precision_fp8_converts_and_trains(run_distributed: Any) -> None:
+    # In a child with oneDNN at the fp8 kernels' level (tests/kernel_path.py: FP8_PINNED).
+    run_distributed(trainer_precision_fp8_converts_and_trains, 1, env=FP8_PINNED, launch_env=False)
+
+
+def trainer_precision_fp8_converts_and_trains() -> None:
     module = Stack()
     before = _weights(module)
     trainer = Trainer(precision="fp8", max_epochs=1, **QUIET)
