@@ -22,11 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.kernel_path import cpu_description, moved_kernels, pin, pins_cover_this_cpu
+from tests.kernel_path import cpu_description, moved_kernels, native_requested, pin, pins_cover_this_cpu
 
 # One kernel path for every test and every process it starts (tests/kernel_path.py says why), set before torch
 # starts: the values recorded from Lightning / Accelerate / DeepSpeed / torchao hold on any CPU only under it.
-pin()
+# EMBER_TEST_KERNELS=native keeps this CPU's own kernels instead (the recorded-anchor comparisons then skip).
+if not native_requested():
+    pin()
 
 import torch.distributed as dist
 
@@ -51,6 +53,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """On a CPU the pins do not cover whose kernels give other bits, skip the recorded-anchor comparisons, saying
     which kernels moved; on a covered CPU (Intel with AVX2) they run whatever the kernels do, and fail if moved."""
     marked = [item for item in items if item.get_closest_marker("recorded_bits")]
+    if marked and native_requested():
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason="EMBER_TEST_KERNELS=native: this CPU's own kernels, not the "
+                                                    "pinned path the anchors were recorded under"))
+        return
     if not marked or pins_cover_this_cpu():
         return
     moved = moved_kernels()

@@ -79,6 +79,12 @@ def cpu_runs_fp8_training() -> bool:
     return "avx512_fp16" in cpu_flags()
 
 
+def native_requested() -> bool:
+    """``EMBER_TEST_KERNELS=native``: run the suite on this CPU's own kernels (to time them, or to exercise its
+    AVX512 / AMX paths); the recorded-anchor comparisons then skip."""
+    return os.environ.get("EMBER_TEST_KERNELS", "") == "native"
+
+
 def pin(environ: os._Environ[str] | dict[str, str] | None = None) -> None:
     """Put the pinned kernel path into ``environ`` (``os.environ`` by default) before torch starts.
 

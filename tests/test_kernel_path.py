@@ -48,6 +48,7 @@ def unpinned_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in PINNED}
 
 
+@pytest.mark.recorded_bits
 def test_the_session_runs_on_the_pinned_kernel_path() -> None:
     assert {name: os.environ.get(name) for name in PINNED} == PINNED
     assert torch.get_num_threads() == 1
@@ -68,6 +69,7 @@ def test_this_cpu_gives_the_recorded_digests_under_the_pins() -> None:
         "If torch or a kernel library changed, re-record the anchors (tests/parity_scripts/) and RECORDED_DIGESTS.")
 
 
+@pytest.mark.recorded_bits
 @pytest.mark.skipif(QEMU is None or platform.machine() != "x86_64",
                     reason="needs QEMU's x86-64 user mode (Debian's qemu-user; .ci/run installs it)")
 def test_an_emulated_avx2_only_cpu_gives_the_same_bits_under_the_pins() -> None:
