@@ -28,6 +28,13 @@ class TrainState:
         should_stop: set when all processes agreed to stop (through the engine's trigger).
         time_elapsed: seconds spent inside ``fit`` over all runs of this state (``max_time`` counts against it);
             brought up to date at every step when ``max_time`` is set, otherwise at each epoch end.
+        stopped_at: ``(epoch, batch_in_epoch)`` where the last ``fit`` stopped inside an epoch (``max_steps``,
+            ``max_time``, a stop request), before that epoch's end hooks ran. As in Lightning, ``epoch`` then moves
+            on to the next epoch when ``fit`` returns; a checkpoint of this state holds ``stopped_at`` as its position,
+            so it continues at the next batch of the stopped epoch, as every checkpoint does (Lightning's would
+            start a new epoch). ``None`` otherwise; cleared when ``fit`` starts.
+        batch_open: a training batch has been drawn and is not done yet (its counters not moved on): a complete
+            checkpoint taken now (after an exception inside the batch) could not continue exactly.
         fn / status: Lightning's ``trainer.state.fn`` (the entry point running or last run, a ``TrainerFn``) and
             ``trainer.state.status`` (a ``TrainerStatus``). They describe this process's call, not the resume
             position, so checkpoints do not hold them (``state_dict`` leaves them out, ``==`` ignores them).
@@ -46,6 +53,8 @@ class TrainState:
     samples_seen: int = 0
     should_stop: bool = False
     time_elapsed: float = 0.0
+    stopped_at: tuple[int, int] | None = field(default=None, compare=False, metadata={"saved": False})
+    batch_open: bool = field(default=False, compare=False, metadata={"saved": False})
     fn: TrainerFn | None = field(default=None, compare=False, metadata={"saved": False})
     status: TrainerStatus = field(default=TrainerStatus.INITIALIZING, compare=False, metadata={"saved": False})
 
@@ -60,8 +69,18 @@ class TrainState:
         return self.status.stopped
 
     def state_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of every saved field."""
-        return {name: getattr(self, name) for name in _saved_fields()}
+        """A JSON-able dict of every saved field; the position is ``stopped_at`` when fit stopped inside an epoch.
+
+        Example:
+            >>> state = TrainState(epoch=1, global_step=6, micro_step=6, stopped_at=(0, 6))
+            >>> saved = state.state_dict()
+            >>> saved["epoch"], saved["batch_in_epoch"], saved["global_step"]
+            (0, 6, 6)
+        """
+        values = {name: getattr(self, name) for name in _saved_fields()}
+        if self.stopped_at is not None:
+            values["epoch"], values["batch_in_epoch"] = self.stopped_at
+        return values
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Set every saved field from ``state_dict``; unknown or missing keys raise (a checkpoint from another

@@ -202,6 +202,7 @@ class Trainer:
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)
             self.loss_check.reset()
+            self.state.stopped_at, self.state.batch_open = None, False  # a new fit (or a resumed one) is going on
             if resume is not None:
                 self._restore(resume)  # before the trackers start: they reopen the saved runs
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
@@ -252,13 +253,15 @@ class Trainer:
                 loader = plan.train_batches(state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
+                    state.batch_open = True  # drawn: until its counters move on, no complete checkpoint of it
                     size = metrics.new_batch(batch)
                     if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
-                        cut = True
+                        state.batch_open, cut = False, True
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
                     outputs, loss = run_batch(batch, batch_idx)
                     state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
+                    state.batch_open = False
                     state.samples_seen += size * world
                     if state.batch_in_epoch == plan.num_training_batches:  # epoch schedulers step here (Lightning)
                         self.schedulers.at_last_batch(state.epoch)
@@ -275,6 +278,8 @@ class Trainer:
                         self.evaluation.run("validate", hooks)  # val_check_interval as a time
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         cut = plan.num_training_batches is None or state.batch_in_epoch < plan.num_training_batches
+                        if cut:  # fit ends inside this epoch: what is saved from here on continues at this point
+                            state.stopped_at = (state.epoch, state.batch_in_epoch)
                         break
                 if plan.val_every is None and plan.val_seconds is None and plan.val_in_epoch(config, state.epoch):
                     self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)

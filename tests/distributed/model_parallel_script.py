@@ -1,6 +1,6 @@
 """A tiny transformer trained with ``ModelParallelStrategy``: the same code runs under Lightning and under Ember.
 
-    python model_parallel_script.py OUT_JSON --dp 2 --tp 2 [--variant sp] [--epochs 2] [--save DIR | --resume DIR]
+    python model_parallel_script.py OUT_JSON --dp 2 --tp 2 [--variant sp] [--epochs 2] [--max-steps N] [--save DIR | --resume DIR]
 
 ``--tp 0`` runs the single-process reference (no strategy, ``configure_model`` leaves the model whole). The
 Lightning names come from ``MODEL_PARALLEL_FRAMEWORK=lightning`` (``lightning.pytorch``); by default the script
@@ -222,6 +222,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=2, help="0: single-process reference without a strategy")
     parser.add_argument("--variant", choices=("tp", "sp"), default="tp")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=-1, help="stop fit after this many steps (mid-epoch)")
     parser.add_argument("--save", help="trainer.save_checkpoint(SAVE) after fit")
     parser.add_argument("--resume", help="fit(..., ckpt_path=RESUME)")
     parser.add_argument("--full-checkpoint", action="store_true", help="save_distributed_checkpoint=False")
@@ -242,7 +243,8 @@ def main() -> None:
         options = {"save_distributed_checkpoint": False} if args.full_checkpoint else {}
         strategy = ModelParallelStrategy(data_parallel_size=args.dp, tensor_parallel_size=args.tp, **options)
         loader, devices = data(args.dp, BATCH), args.dp * args.tp
-    trainer = Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=args.epochs, logger=False,
+    trainer = Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=args.epochs,
+                      max_steps=args.max_steps, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, loader, ckpt_path=args.resume)
     if args.save:

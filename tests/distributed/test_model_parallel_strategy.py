@@ -67,6 +67,12 @@ def test_2x2_data_and_tensor_parallel_is_lightnings_and_resumes_bitwise(tmp_path
     assert resumed["losses"] == expected["resumed_losses"]
     assert resumed["weights"] == full["weights"] and resumed["global_step"] == expected["resumed_global_step"]
     assert resumed["hook_log"] == expected["resumed_hook_log"]
+    # A checkpoint saved after a fit that stopped inside an epoch (max_steps=4 of 2 epochs of 3 batches) continues
+    # at the next batch (Lightning's would start the next epoch; issue 39).
+    run(tmp_path, "stopped", "--dp", "2", "--tp", "2", "--max-steps", "4", "--save", str(tmp_path / "s4"))
+    continued = run(tmp_path, "continued", "--dp", "2", "--tp", "2", "--resume", str(tmp_path / "s4"))
+    assert continued["losses"][0] == [loss for loss in full["losses"][0][4:]]
+    assert continued["weights"] == full["weights"] and continued["global_step"] == full["global_step"]
 
 
 @pytest.mark.recorded_bits
@@ -77,6 +83,11 @@ def test_tensor_parallel_checkpoints_resume_and_load_on_other_layouts(tmp_path: 
     resumed = run(tmp_path, "resumed", "--tp", "2", "--epochs", "2", "--resume", sharded)
     assert resumed["losses"] == EXPECTED["resumes"]["tp2"]["resumed_losses"]
     assert resumed["weights"] == EXPECTED["runs"]["tp2"]["weights"]
+    stopped = str(tmp_path / "stopped")  # saved after fit stopped inside an epoch: continues at the next batch
+    run(tmp_path, "stopped", "--tp", "2", "--max-steps", "4", "--save", stopped)
+    continued = run(tmp_path, "continued", "--tp", "2", "--epochs", "2", "--resume", stopped)
+    assert continued["losses"][0] == EXPECTED["runs"]["tp2"]["losses"][0][4:]
+    assert continued["weights"] == EXPECTED["runs"]["tp2"]["weights"]
     reshards = EXPECTED["reshards"]
     one_by_one = run(tmp_path, "one_by_one", "--dp", "1", "--tp", "1", "--epochs", "2", "--resume", sharded)
     assert one_by_one["losses"] == reshards["tp2_to_dp1_tp1"]["resumed_losses"]

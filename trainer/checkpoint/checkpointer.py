@@ -17,6 +17,7 @@ from typing import Any
 
 from callbacks import ModelCheckpoint
 from engine import Accelerator
+from engine.checkpoint_io import CheckpointError
 from trainer.checkpoint.entry import TrainerEntry
 from trainer.checkpoint.resume import Resume, newest, resolve
 from trainer.profiling import Profiler, profile
@@ -135,6 +136,14 @@ class Checkpointer:
     def write(self, path: str, async_save: bool = False) -> str:
         """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
         folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``)."""
+        state = self.entry.state
+        if state.batch_open:
+            raise CheckpointError(
+                f"A complete checkpoint cannot be taken now ({path}): training batch {state.batch_in_epoch} of epoch "
+                f"{state.epoch} stopped before it was done (an exception inside it), so its samples are drawn and the "
+                "weights may hold part of it; a resume from here would not continue exactly. Save the weights only "
+                "(trainer.save_checkpoint(path, weights_only=True), as OnExceptionCheckpoint does), or resume from the "
+                "last complete checkpoint (a ModelCheckpoint's, with fit(ckpt_path='last')).")
         with profile(self.profiler, "save_checkpoint"):
             self.before_save()
             # Where saves wait for an optimizer step (FSDP2, tensor parallelism, DeepSpeed) the gradients are spent
