@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _POLL_S = 0.05
 
@@ -81,15 +81,20 @@ def worker_pids(launcher_pid: int) -> list[int]:
     return [pid for pid in descendants(launcher_pid) if has_variable(pid, "LOCAL_RANK")]
 
 
-def wait_for_workers(launcher_pid: int, count: int, timeout: float) -> list[int]:
-    """Wait until ``launcher_pid`` has at least ``count`` workers (``worker_pids``) and return them.
+def wait_for_workers(launcher_pid: int, count: int, timeout: float,
+                     select: Callable[[int], list[int]] = worker_pids) -> list[int]:
+    """Wait until ``launcher_pid`` has at least ``count`` workers and return them.
+
+    ``select(launcher_pid)`` lists them: ``worker_pids`` by default, ``descendants`` for workers that a launcher
+    forks from itself (``notebook_launcher``, ``debug_launcher``: they set ``LOCAL_RANK`` after they start, which
+    ``/proc/<pid>/environ`` does not show).
 
     Raises ``TimeoutError`` naming what was found if they do not appear within ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
     found: list[int] = []
     while time.monotonic() < deadline:
-        found = worker_pids(launcher_pid)
+        found = select(launcher_pid)
         if len(found) >= count:
             return found
         if not is_running(launcher_pid):
