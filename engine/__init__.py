@@ -12,6 +12,12 @@ from ember_packages import check_siblings
 
 check_siblings("engine", __file__)  # first: a user's own file that hides a package imported below is named
 
+from engine.launcher_watch import watch_launcher
+
+# Before the heavy imports below: a launched worker whose launcher dies while it still imports torch (seconds on a
+# busy machine) must not wait torch's 30-minute timeout. A no-op in a process no launcher started.
+watch_launcher()
+
 from engine.accelerator import Accelerator
 from engine.config import (
     AutocastKwargs,

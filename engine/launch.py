@@ -40,6 +40,7 @@ from engine.launch_config import (
     save_config,
 )
 from engine.launch_settings import is_accelerate_config, load_settings_file, resolve_aliases, settings_from
+from engine.launcher_watch import LAUNCHER_PID_VARIABLE
 
 EXIT_GRACE_S = 5.0  # after a failure, at most this long for atexit handlers before the process is ended
 # Errors a rank sees when another rank died under it: secondary, reported in one line, not as a traceback.
@@ -107,6 +108,9 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
     # can read the previous attempt's addresses from it and fail to connect (pytorch/pytorch#135712). A store
     # of their own per attempt avoids that; the user can still opt back in by setting the variable to 0.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # The workers watch this process and exit within a second of its death (engine.launcher_watch): the agent
+    # starts them in sessions of their own, so nothing else would end them if it were killed.
+    os.environ[LAUNCHER_PID_VARIABLE] = str(os.getpid())
     try:
         run(parse_args(torchrun_arguments(config, script, script_args, module)))
     except ChildFailedError as failed:

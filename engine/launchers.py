@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from engine.imports import is_cuda_available
+from engine.launcher_watch import LAUNCHER_PID_VARIABLE, watch_launcher
 from engine.state import AcceleratorState, PartialState
 
 _PRECISIONS = ("no", "fp16", "bf16")
@@ -148,11 +149,28 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
     # the Accelerator reads. As `ember launch`: with the c10d rendezvous, workers sharing the agent's store can read the previous attempt's
     # addresses after an elastic restart and fail to connect (pytorch/pytorch#135712); a store per attempt avoids it.
     share_store = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # The workers exit within a second if this process dies (engine.launcher_watch).
     with patch_environment(accelerate_mixed_precision=mixed_precision, master_addr=master_addr,
-                           master_port=use_port, torch_disable_share_rdzv_tcp_store=share_store):
+                           master_port=use_port, torch_disable_share_rdzv_tcp_store=share_store,
+                           **{LAUNCHER_PID_VARIABLE: os.getpid()}):
         # NVML-based: asking torch.cuda would load the CUDA driver here, and forked children could not use CUDA.
         print(f"Launching training on {num_processes} {'GPU' if is_cuda_available() else 'CPU'} processes.")
-        return elastic_launch(config=config, entrypoint=function)(*args)
+        return elastic_launch(config=config, entrypoint=_Watched(function))(*args)
+
+
+class _Watched:
+    """``function``, run in a worker after starting its launcher watch: a forked worker inherits the launcher's
+    modules (so ``import engine`` does not run again) but not the watch thread."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        # torch's agent names the entrypoint in its reports and events by these.
+        self.__name__ = getattr(function, "__name__", type(function).__name__)
+        self.__qualname__ = getattr(function, "__qualname__", self.__name__)
+
+    def __call__(self, *args: Any) -> Any:
+        watch_launcher()
+        return self.function(*args)
 
 
 class _DebugRank:
@@ -167,6 +185,7 @@ class _DebugRank:
         # Unlike Accelerate's, each process gets its own LOCAL_RANK (Accelerate reports local index 0 everywhere).
         os.environ.update({"RANK": str(index), "LOCAL_RANK": str(index), "WORLD_SIZE": str(self.world_size),
                            "LOCAL_WORLD_SIZE": str(self.world_size), "FORK_LAUNCHED": "1"})
+        watch_launcher()  # ends this process within a second if debug_launcher's process dies
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
         store = torch.distributed.FileStore(self.store_path, self.world_size)
         torch.distributed.init_process_group("gloo", store=store, rank=index, world_size=self.world_size)
@@ -198,7 +217,8 @@ def debug_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), num
     start_method = _start_method(function, "debug_launcher")
     folder = tempfile.mkdtemp(prefix="ember_debug_launcher_")
     try:
-        with patch_environment(accelerate_use_cpu="yes", accelerate_mixed_precision="no"):
+        with patch_environment(accelerate_use_cpu="yes", accelerate_mixed_precision="no",
+                               **{LAUNCHER_PID_VARIABLE: os.getpid()}):
             start_processes(_DebugRank(function, os.path.join(folder, "store"), num_processes), args=args,
                             nprocs=num_processes, start_method=start_method)
     finally:
