@@ -192,3 +192,21 @@ def test_a_complete_checkpoint_inside_a_failed_batch_is_refused_saying_what_to_d
     trainer.save_checkpoint(str(tmp_path / "weights.ckpt"), weights_only=True)  # the weights can still be kept
     with pytest.raises(CheckpointError, match="ckpt_path='last'"):
         trainer.save_checkpoint(str(tmp_path / "after.ckpt"))  # nor after fit returned with the batch open
+
+
+def test_budgeted_runs_with_the_default_checkpoint_continue_exactly(tmp_path: Any) -> None:
+    """A job that trains a budget of steps per allocation: the default ModelCheckpoint's epoch-end save of a fit
+    stopped by ``max_steps`` continues at the next batch, so ``ckpt_path="last"`` runs chain to the uninterrupted
+    result."""
+    full = fit(str(tmp_path / "full"), max_steps=14)
+    root = str(tmp_path / "budgeted")
+    seen: list[int] = []
+    for budget in (4, 9, 14):
+        torch.manual_seed(0)
+        module = Tracing()
+        trainer = Trainer(**{**QUIET, "enable_checkpointing": True, "default_root_dir": root, "max_steps": budget})
+        trainer.fit(module, loader(), ckpt_path="last")
+        seen += module.seen
+    assert seen == full.seen
+    for name, value in full.state_dict().items():
+        assert torch.equal(module.state_dict()[name], value), name
