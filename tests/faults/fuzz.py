@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from engine.checkpointing import committed_checkpoints, read_manifest, verify_checksums
+from engine.checkpointing import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
 from tests.faults.job import BACKENDS, POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +60,7 @@ class Cell:
     exact: int = 0
     failed: int = 0
     missed: int = 0  # the run ended before the kill fired (not counted as a trial)
+    inside: int = 0  # kills that left a save half-written (a temporary folder): they struck inside a save
     hangs: int = 0
     orphans: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -175,6 +176,8 @@ def trial(backend: str, async_save: bool, point: str, counts: dict[int, dict[str
         cell.missed += 1  # it finished before the kill fired: nothing to resume
         return
     cell.trials += 1
+    base = folder / "checkpoints"
+    cell.inside += base.is_dir() and any(name.startswith(TEMP_PREFIX) for name in os.listdir(base))
     problem = check_folder(folder)
     resumed = launch(backend, folder, *extra, "--ckpt-path", "last", timeout=timeout) if problem is None else None
     if resumed is not None:
@@ -199,16 +202,18 @@ def trial(backend: str, async_save: bool, point: str, counts: dict[int, dict[str
 
 def table(cells: dict[tuple[str, str], Cell], rows: list[str], points: list[str]) -> str:
     width = max(len(r) for r in rows) + 2
-    head = "backend".ljust(width) + "".join(p.rjust(20) for p in points) + "   hangs  orphans"
+    head = "backend".ljust(width) + "".join(p.rjust(22) for p in points) + "   hangs  orphans"
     lines = [head, "-" * len(head)]
     for row in rows:
         line = row.ljust(width)
         for point in points:
             c = cells[row, point]
-            line += f"{c.trials} tr {c.exact} ok {c.failed} bad".rjust(20)
+            line += f"{c.trials} tr {c.exact} ok {c.failed} bad{f' ({c.inside} in)' if point == 'save' else ''}" \
+                .rjust(22)
         line += f"{sum(cells[row, p].hangs for p in points):8d}{sum(cells[row, p].orphans for p in points):9d}"
         lines.append(line)
-    lines.append("(tr: trials where the kill fired; ok: resumed bitwise to the uninterrupted weights; bad: failed)")
+    lines.append("(tr: trials where the kill fired; ok: resumed bitwise to the uninterrupted weights; bad: failed; "
+                 "in: kills that left a save half-written)")
     return "\n".join(lines)
 
 
@@ -230,7 +235,8 @@ def fuzz(backends: list[str], points: list[str], trials: int, seed: int, async_m
                     trial(backend, async_save, point, counts, expected, folder, rng, cell, timeout)
                     shutil.rmtree(folder, ignore_errors=True)
                 print(f"{row:18s} {point:6s} trials {cell.trials} exact {cell.exact} failed {cell.failed} "
-                      f"missed {cell.missed} hangs {cell.hangs} orphans {cell.orphans}", flush=True)
+                      f"missed {cell.missed} inside a save {cell.inside} hangs {cell.hangs} orphans {cell.orphans}",
+                      flush=True)
     return cells
 
 

@@ -36,13 +36,16 @@ def class_name(module: Any) -> str:
 
 
 def module_signature(module: torch.nn.Module) -> dict[str, list[int]]:
-    """``{name: shape}`` of everything ``module.state_dict()`` holds (global shapes under FSDP2).
+    """``{name: shape}`` of everything ``module.state_dict()`` holds: global shapes, whether the parameters are
+    whole, DTensors (FSDP2, tensor parallelism) or DeepSpeed ZeRO-3 partitions (their ``ds_shape``; the local
+    tensor is empty outside a gather, so a signature taken from it would not match the checkpoint's).
 
     Example:
         >>> module_signature(torch.nn.Linear(3, 2))
         {'weight': [2, 3], 'bias': [2]}
     """
-    return {name: list(value.shape) for name, value in module.state_dict().items() if isinstance(value, torch.Tensor)}
+    return {name: list(getattr(value, "ds_shape", None) or value.shape)
+            for name, value in module.state_dict(keep_vars=True).items() if isinstance(value, torch.Tensor)}
 
 
 def identity_of(run_id: str, module: Any) -> dict[str, Any]:
