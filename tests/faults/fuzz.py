@@ -160,10 +160,11 @@ def reference(backend: str, work: Path, timeout: float) -> tuple[Path, dict[int,
 
 
 def trial(backend: str, async_save: bool, point: str, counts: dict[int, dict[str, int]], expected: Path,
-          folder: Path, rng: random.Random, cell: Cell, timeout: float) -> None:
+          folder: Path, rng: random.Random, cell: Cell, timeout: float, max_delay_ms: int | None = None) -> None:
+    """One kill and its resume, counted in ``cell``; ``max_delay_ms`` bounds the delay after the point."""
     rank = rng.randrange(BACKENDS[backend])
     nth = rng.randint(1, max(1, counts[rank][point]))
-    delay = rng.randint(0, MAX_DELAY_MS[point])
+    delay = rng.randint(0, MAX_DELAY_MS[point] if max_delay_ms is None else max_delay_ms)
     extra = ("--async-save",) if async_save else ()
     what = f"{point}:{rank}:{nth}:{delay}"
     killed = launch(backend, folder, *extra, "--kill", what, timeout=timeout)
