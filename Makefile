@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(PY) examples/digits.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules tests engine trackers trainer callbacks
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --doctest-modules tests engine trackers trainer callbacks
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

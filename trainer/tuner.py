@@ -248,6 +248,7 @@ class Tuner:
         limit = {"fit": {"max_steps": steps}, "validate": {"limit_val_batches": steps},
                  "test": {"limit_test_batches": steps}, "predict": {"limit_predict_batches": steps}}[method]
         trainer = self._search_trainer(callbacks=[], **limit)
+        out_of_memory = False
         try:
             if method == "fit":
                 trainer.fit(module, datamodule=datamodule)
@@ -258,10 +259,11 @@ class Tuner:
         except (RuntimeError, MemoryError) as error:
             if not sizes.is_oom_error(error):  # read from the module at call time: a test may patch it there
                 raise
+            out_of_memory = True
             return False
         finally:
             del trainer
-            sizes.free_memory()
+            sizes.free_memory(out_of_memory)
         return True
 
     @staticmethod
