@@ -19,9 +19,23 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Registered first, so it runs last of the exit handlers (after Ember's): the native threads still running then.
+PROBE = '''
+import atexit, os, sys
+def _threads_at_exit():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as handle:
+                names.append(handle.read().strip())
+        except OSError:
+            pass
+    print(f"[threads at exit] {sorted(names)}", file=sys.stderr, flush=True)
+atexit.register(_threads_at_exit)
+'''
 
 SCENARIOS = {
     "trainer": '''
@@ -121,29 +135,33 @@ def main() -> None:
     for spinner in spinners:
         spinner.start()
     counts = {name: [0, 0, 0] for name in names}  # clean, aborts, other failures
+    lingering = {name: 0 for name in names}  # ranks with gloo threads still running after every exit handler
     try:
         for run in range(args.runs):
             for name in names:  # interleaved, so that load changes hit every scenario alike
                 directory = tempfile.mkdtemp(prefix=f"{name}_", dir=out)
                 script = os.path.join(directory, "job.py")
                 with open(script, "w") as handle:
-                    handle.write(f"DIR = {directory!r}\n" + textwrap.dedent(SCENARIOS[name]))
+                    handle.write(PROBE + f"DIR = {directory!r}\n" + textwrap.dedent(SCENARIOS[name]))
                 result = _run_once(script, directory)
                 aborted = "terminate called" in result.stderr
+                at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
+                lingering[name] += sum("gloo" in line for line in at_exit)
                 kind = 1 if aborted else (0 if result.returncode == 0 else 2)
                 counts[name][kind] += 1
                 if kind:
                     with open(os.path.join(out, f"{name}_{run}.txt"), "w") as handle:
                         handle.write(result.stderr)
-                print(f"run {run} {name}: rc {result.returncode}{', ABORT' if aborted else ''}", flush=True)
+                print(f"run {run} {name}: rc {result.returncode}{', ABORT' if aborted else ''}; "
+                      f"{' | '.join(line[18:] for line in at_exit)}", flush=True)
     finally:
         for spinner in spinners:
             spinner.kill()
     for name, (clean, aborts, other) in counts.items():
-        print(f"{name:12s} runs {args.runs}, clean {clean}, aborts {aborts}, other failures {other}")
+        print(f"{name:12s} runs {args.runs}, clean {clean}, aborts {aborts}, other failures {other}, "
+              f"ranks with gloo threads at exit {lingering[name]} of {2 * args.runs}")
     print(f"(load {args.load}; stderr of failures in {out})")
 
 
 if __name__ == "__main__":
-    time.sleep(0)
     main()
