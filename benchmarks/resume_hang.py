@@ -130,8 +130,9 @@ def main() -> None:
             directory = tempfile.mkdtemp(prefix="run_", dir=out)
             log = os.path.join(directory, "log.txt")
             t0 = time.monotonic()
-            first, _ = _launch(directory, ["--kill-at", "3", "--max-epochs", str(args.epochs), *extra], args.timeout, log)
-            second, pids = _launch(directory, ["--ckpt-path", "last", "--max-epochs", str(args.epochs), *extra], args.timeout, log)
+            epochs = ["--max-epochs", str(args.epochs)]
+            first, _ = _launch(directory, ["--kill-at", "3", *epochs, *extra], args.timeout, log)
+            second, pids = _launch(directory, ["--ckpt-path", "last", *epochs, *extra], args.timeout, log)
             if second == "hang":
                 hangs += 1
                 stacks = _stacks(pids)

@@ -138,7 +138,8 @@ def main() -> None:
 
         where = {"accelerator": Accelerator(log_with="csv", project_dir=args.dir,
                                             fsdp_plugin=FullyShardedDataParallelPlugin())}
-    trainer = Trainer(max_epochs=args.max_epochs, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0, deterministic=True,
+    trainer = Trainer(max_epochs=args.max_epochs, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0,
+                      deterministic=True,
                       log_every_n_steps=2, callbacks=callbacks, enable_progress_bar=False,
                       enable_model_summary=False, preemption_exit_code=args.exit_code,
                       enable_checkpointing=not args.no_step_checkpoints, **where)
