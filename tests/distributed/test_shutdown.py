@@ -92,12 +92,12 @@ THREADS_AT_EXIT = textwrap.dedent('''
         acc.backward(model(torch.randn(2, 4)).sum())
         opt.step()
         opt.zero_grad()
-    acc.save_state(os.environ["RUN_DIR"] + "/state")
-    # no end_training(): the script just ends, as most scripts do
+    acc.save_state(os.environ["RUN_DIR"] + "/state", async_save=True)
+    # No wait_for_checkpoint() or end_training(): the script just ends, as most scripts do, the save in flight.
 ''')
 
 
-def test_a_ddp_script_exits_with_its_process_group_gone(tmp_path: Path) -> None:
+def test_a_ddp_script_exits_with_its_save_written_and_its_process_groups_gone(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(THREADS_AT_EXIT)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
@@ -108,5 +108,8 @@ def test_a_ddp_script_exits_with_its_process_group_gone(tmp_path: Path) -> None:
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     assert "terminate called" not in result.stderr
     at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
-    # Only the main thread is left: the group's gloo threads ended when Ember destroyed it, before shutdown.
+    # The save in flight was finished, not dropped ("cannot schedule new futures after interpreter shutdown").
+    assert "failed" not in result.stderr and os.listdir(tmp_path / "state"), result.stderr[-3000:]
+    # Only the main thread is left: the writer was joined, and the gloo threads of the default group and of the
+    # writer's own group ended when Ember destroyed them, before interpreter shutdown.
     assert sorted(at_exit) == [f"[threads at exit] rank {rank}: ['python']" for rank in (0, 1)], result.stderr[-3000:]
