@@ -427,7 +427,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
             split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
             slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
-            data_seed=config.data_seed, non_blocking=config.non_blocking)
+            data_seed=config.data_seed, non_blocking=config.non_blocking, worker_timeout=config.worker_timeout)
         prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
         self._dataloaders.append(prepared)
         return prepared

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from engine.checkpoint_io import CheckpointError
 from engine.checkpoint_save import SaveJob
 from engine.checkpoint_snapshot import SnapshotBuffers
+from engine.state import PartialState
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class AsyncCheckpointer:
         self._committed: str | None = None
         self._reported_bytes = 0
         self._shard_channels: dict[str, tuple[Any, Any]] = {}
+        self._finishes_at_exit = False
 
     @property
     def in_flight(self) -> bool:
@@ -75,6 +77,7 @@ class AsyncCheckpointer:
         """The process group the writer thread exchanges results over (created on first use: a collective)."""
         if distributed and self._group is None:
             self._group = dist.new_group(backend="gloo")
+            PartialState.register_teardown(self._release_groups)
         return self._group if distributed else None
 
     def shard_channel(self, name: str, distributed: bool) -> tuple[Any, Any]:
@@ -91,7 +94,15 @@ class AsyncCheckpointer:
             stager = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False,
                                                   use_async_staging=False, use_non_blocking_copy=False))
             self._shard_channels[name] = (dist.new_group(backend="gloo") if distributed else None, stager)
+            if distributed:
+                PartialState.register_teardown(self._release_groups)
         return self._shard_channels[name]
+
+    def _release_groups(self) -> None:
+        """Let go of this writer's groups once they are destroyed: a destroyed group that is still referenced is
+        not freed, and its gloo threads then run on through interpreter shutdown (issue 39)."""
+        self._group = None
+        self._shard_channels.clear()
 
     def gather(self, obj: Any) -> list[Any]:
         """``obj`` from every rank, over the writer's own group (the writer thread calls it)."""
@@ -110,9 +121,21 @@ class AsyncCheckpointer:
             logger.info("Asynchronous checkpoints hold a %.1f MB host snapshot of the state (reused by every save).",
                         self._reported_bytes / 2**20)
         self._job, self._error, self._committed = job, None, None
-        # Not a daemon: an interpreter that exits with a save in flight finishes writing it first.
+        # Not a daemon: an interpreter that exits with a save in flight finishes writing it first. And joined before
+        # concurrent.futures shuts its pools at exit: a write still running then could not start the thread pools
+        # it writes with ("cannot schedule new futures after interpreter shutdown") and the checkpoint was lost.
+        # threading's exit hooks run in reverse order of registration, concurrent.futures' was registered first.
+        if not self._finishes_at_exit:
+            threading._register_atexit(self._finish_at_exit)  # type: ignore[attr-defined]
+            self._finishes_at_exit = True
         self._thread = threading.Thread(target=self._run, args=(job,), name="ember-checkpoint-writer")
         self._thread.start()
+
+    def _finish_at_exit(self) -> None:
+        """At interpreter exit: let the save in flight finish (its failure, if any, was logged by the writer)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def _run(self, job: SaveJob) -> None:
         yield_to_training()

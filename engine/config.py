@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
 from engine.keywords import suggest_keywords
 
 
@@ -54,7 +55,14 @@ class GradientAccumulationPlugin(KwargsHandler):
 @suggest_keywords
 @dataclass
 class DataLoaderConfiguration:
-    """How ``prepare`` shards data loaders across processes (see ENGINE.md 2.4)."""
+    """How ``prepare`` shards data loaders across processes (see ENGINE.md 2.4).
+
+    ``worker_timeout`` (Ember's, not Accelerate's): the seconds a process waits for a batch from a loader worker
+    before it raises ``LoaderWorkerTimeout`` with the workers' stacks, when the DataLoader sets no ``timeout`` of
+    its own (a user's ``timeout`` wins). None waits without a limit, as a plain DataLoader does; the default, 10
+    minutes, is far beyond any batch's read and ends a run whose worker is stuck instead of leaving every rank
+    waiting (engine/data_workers.py).
+    """
 
     split_batches: bool = False
     dispatch_batches: bool | None = None
@@ -63,6 +71,10 @@ class DataLoaderConfiguration:
     data_seed: int | None = None
     non_blocking: bool = False
     use_stateful_dataloader: bool = False
+    worker_timeout: float | None = DEFAULT_WORKER_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        self.worker_timeout = check_worker_timeout(self.worker_timeout)
 
 
 @suggest_keywords

@@ -127,7 +127,7 @@ class DataLoaderDispatcher(_PreparedLoader):
             # Index-level skip, keeping the epoch's first step: the last step is padded with its rows.
             self._control.start = skip
             self._control.keep_first = self._per_step if skip else 0
-        raw = DataLoader.__iter__(self)
+        raw = self._watch_workers(DataLoader.__iter__(self))
         self._control.start = self._control.keep_first = 0
         first = None
         if skip:
@@ -194,6 +194,12 @@ class DataLoaderDispatcher(_PreparedLoader):
         """Process 0: ``read()``, telling the waiting processes if it fails (they would wait forever)."""
         try:
             return read()
+        except RuntimeError as error:
+            stuck = self._worker_timeout_error(error)
+            self._fail(stuck or error)
+            if stuck is None:
+                raise
+            raise stuck from None  # DataLoader's own traceback says only "timed out"
         except Exception as error:
             self._fail(error)
             raise

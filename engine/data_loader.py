@@ -24,6 +24,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from engine.data_dispatch import DataLoaderDispatcher, slice_tensors
 from engine.data_lookahead import ahead_snapshots, collate_again
 from engine.data_state import _draw_loader_seed, _PreparedLoader, _user_worker_init
+from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
 from engine.operations import send_to_device
 from engine.samplers import (
     BatchSamplerShard,
@@ -87,7 +88,7 @@ class DataLoaderShard(_PreparedLoader):
         attrs = self.__dict__
         try:
             if self._is_iterable:
-                batches = DataLoader.__iter__(self)
+                batches = self._watch_workers(DataLoader.__iter__(self))
                 skip = self.skip_batches + start
                 if skip and replay is not None:  # read to the position without shifting the restored stream
                     collate_again(None, lambda: _consume(batches, skip))
@@ -95,7 +96,7 @@ class DataLoaderShard(_PreparedLoader):
                     _consume(batches, skip)  # an iterable dataset cannot skip without reading
             else:
                 self._control.start = self.skip_batches + start
-                batches = DataLoader.__iter__(self)
+                batches = self._watch_workers(DataLoader.__iter__(self))
                 self._control.start = 0
             if replay is not None and "ahead" in replay:
                 # The interrupted run collated this batch before its checkpoint: again, under the same state.
@@ -131,6 +132,11 @@ class DataLoaderShard(_PreparedLoader):
                 attrs["_batches_yielded"] += 1
                 yield current
             self._finish_pass()
+        except RuntimeError as error:
+            stuck = self._worker_timeout_error(error)
+            if stuck is None:
+                raise
+            raise stuck from None  # DataLoader's own traceback says only "timed out"
         finally:
             # A pass abandoned by `break` ends when its generator is collected; if a newer pass started
             # meanwhile, the loader must stay registered for that one.
@@ -184,14 +190,18 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
                         rng_types: list[str] | None = None, dispatch_batches: bool | None = None,
                         even_batches: bool = True, slice_fn_for_dispatch: Callable[..., Any] | None = None,
                         use_seedable_sampler: bool = False, data_seed: int | None = None,
-                        non_blocking: bool = False) -> DataLoader:
+                        non_blocking: bool = False,
+                        worker_timeout: float | None = DEFAULT_WORKER_TIMEOUT_S) -> DataLoader:
     """A new loader yielding this process's share of ``dataloader``'s batches (ENGINE.md 2.4).
 
     The prepared loader owns its random state: a sampler without a generator gets one. When sharding, it is
     seeded from one draw of the global torch RNG made here, as Accelerate does (broadcast from process 0, so
     call it on every process, as ``Accelerator.prepare`` does); otherwise from the global draw Accelerate's
     sampler makes at each epoch start. The global RNG is consumed exactly as Accelerate consumes it.
+    ``worker_timeout``: seconds to wait for a loader worker's batch when the loader sets no ``timeout``
+    (``DataLoaderConfiguration.worker_timeout``; None: no limit).
     """
+    worker_timeout = check_worker_timeout(worker_timeout)
     dataset = dataloader.dataset
     is_iterable = isinstance(dataset, IterableDataset)
     if dispatch_batches is None:
@@ -276,6 +286,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
                                    **common, **batching, **kwargs)
         prepared._iterator_seed_source = dataloader.generator  # Accelerate's dispatcher drops it
     prepared._epoch_seeded_generator = epoch_seeded
+    prepared._worker_timeout = worker_timeout
     return prepared
 
 

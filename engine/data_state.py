@@ -20,6 +20,15 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from engine.data_lookahead import as_saved
+from engine.data_workers import (
+    DEFAULT_WORKER_TIMEOUT_S,
+    LoaderWorkerTimeout,
+    WorkerStacks,
+    is_worker_timeout,
+    register_stack_dump,
+    timeout_error,
+    worker_timeout_of,
+)
 from engine.random import RawRNGState, synchronize_rng_states
 from engine.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor
 from engine.state import GradientState, PartialState
@@ -77,15 +86,23 @@ class _SeededIndices:
 
 
 class _WorkerInit:
-    """``worker_init_fn`` wrapper: seeds the worker from (seed, epoch, rank, worker id), then runs the user's."""
+    """``worker_init_fn`` wrapper: seeds the worker from (seed, epoch, rank, worker id), makes it write its stacks
+    on request (engine/data_workers.py), then runs the user's."""
 
     def __init__(self, user_fn: Callable[[int], None] | None, seed: int, rank: int) -> None:
         self.user_fn = user_fn
         self.seed = seed
         self.rank = rank
         self.epoch = 0  # set by the loader before it starts workers for an epoch
+        self.stack_dir: str | None = None  # likewise: where the workers write their stacks when asked
+        self._stack_file: Any = None  # in a worker: the open file faulthandler writes to
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_stack_file": None}  # an open file does not pickle (spawn, forkserver)
 
     def __call__(self, worker_id: int) -> None:
+        if self.stack_dir is not None:
+            self._stack_file = register_stack_dump(self.stack_dir)
         _seed_process_rngs(derive_seed(self.seed, self.epoch, self.rank, worker_id, _WORKER_SALT))
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -195,6 +212,11 @@ class _PreparedLoader(DataLoader):
         self.generator = self._iter_generator
         if self.num_workers > 0:
             self.worker_init_fn = _WorkerInit(user_init, self._seed, self._rank)
+        # How long a pass waits for a worker's batch when the user's DataLoader sets no timeout (set by
+        # prepare_data_loader), where the workers' stacks go, and the pass's worker iterator, for the error.
+        self._worker_timeout: float | None = DEFAULT_WORKER_TIMEOUT_S
+        self._worker_stacks = WorkerStacks()
+        self._workers_iter: weakref.ReferenceType[Any] | None = None
         self._control = _StreamControl()
         self._stream = _IndexStream(self.batch_sampler if self._auto_collation else self.sampler, self._control)
         self._is_iterable = isinstance(dataset, IterableDataset)
@@ -362,12 +384,29 @@ class _PreparedLoader(DataLoader):
         self._iter_generator.manual_seed(derive_seed(self._seed, self.iteration, _LOADER_SALT))
         if isinstance(self.worker_init_fn, _WorkerInit):
             self.worker_init_fn.epoch = self.iteration
+            self.worker_init_fn.stack_dir = self._worker_stacks.start_pass(self.persistent_workers)
             if not self._is_iterable:
                 self._control.seed_base = derive_seed(self._seed, self.iteration, seed_rank)
         self._batches_yielded = start
         self._epoch_active = True
         self.begin()
         return start, replay
+
+    def _watch_workers(self, batches: Any) -> Any:
+        """Give a pass's worker iterator its time limit (engine/data_workers.py) and keep it for the error."""
+        if self.num_workers > 0:
+            # DataLoader reads `timeout` once, into its iterator: setting it there leaves the user's loader (and
+            # `self.timeout`, which views and re-built loaders copy) as the user made it.
+            batches._timeout = worker_timeout_of(self.timeout, self._worker_timeout)
+            self._workers_iter = weakref.ref(batches)
+        return batches
+
+    def _worker_timeout_error(self, error: RuntimeError) -> LoaderWorkerTimeout | None:
+        """For DataLoader's "timed out" error: the error to raise instead, with the workers' stacks; else None."""
+        workers = self._workers_iter() if self._workers_iter is not None else None
+        if workers is None or not is_worker_timeout(error):
+            return None
+        return timeout_error(self._worker_stacks, workers, workers._timeout, user_set=self.timeout > 0)
 
     def _reads_sampler(self) -> bool:
         return True
@@ -510,5 +549,6 @@ class _PreparedLoader(DataLoader):
         other._seed = self._seed
         other._iterator_seed_source = self._iterator_seed_source
         other._epoch_seeded_generator = self._epoch_seeded_generator
+        other._worker_timeout = self._worker_timeout
         if isinstance(other.worker_init_fn, _WorkerInit):
             other.worker_init_fn.seed = self._seed

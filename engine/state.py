@@ -149,6 +149,7 @@ class PartialState:
             write_rendezvous_variables(env, use_cuda)
             if use_cuda:
                 torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+            _import_dynamo_first()
             dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
             world, rank = dist.get_world_size(), dist.get_rank()
         else:
@@ -367,7 +368,20 @@ def process_group_of_one(device: torch.device) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     backend = "nccl" if device.type == "cuda" else "gloo"
+    _import_dynamo_first()
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def _import_dynamo_first() -> None:
+    """Import ``torch._dynamo`` before the process group exists, so that destroying the group ends its threads.
+
+    Imported after a group exists (as the first optimizer or DDP wrapper of a run does), torch 2.13's dynamo keeps
+    ten references to the default group for the life of the process: ``destroy_process_group`` then leaves gloo's
+    threads (``gloo_tcp_loop``, two ``pt_gloo_runloop``) running through interpreter shutdown, and the group is
+    freed, if ever, while the interpreter is torn down: the exit that aborted multi-process runs with "terminate
+    called without an active exception" (issue 39). Free here: every training process imports it anyway.
+    """
+    import torch._dynamo  # noqa: F401
 
 
 def _collect_before_exit() -> None:

@@ -64,3 +64,52 @@ def test_end_training_releases_the_ddp_wrappers_hold_on_the_group(run_distribute
     for result in run_distributed(_released_by_end_training, 2):
         assert result == {"before": ["reducer", "logger", "process_group"], "after": [], "registered": 1,
                           "left": 0, "unwrapped": "Linear"}
+
+
+# Registered before anything of Ember's, so it runs after every exit handler Ember registers: the native threads
+# still running then are what interpreter shutdown and the C++ static destructors run beside.
+THREADS_AT_EXIT = textwrap.dedent('''
+    import atexit, os, sys
+
+    def threads_at_exit():
+        names = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as handle:
+                names.append(handle.read().strip())
+        print(f"[threads at exit] rank {os.environ['RANK']}: {sorted(names)}", file=sys.stderr, flush=True)
+
+    atexit.register(threads_at_exit)
+
+    import torch
+    from engine import Accelerator
+
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(4, 4)
+    # The optimizer imports torch._dynamo: after the process group exists, that import kept ten references to
+    # the group for the life of the process, and gloo's threads ran on through shutdown (issue 39, item 3).
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(2):
+        acc.backward(model(torch.randn(2, 4)).sum())
+        opt.step()
+        opt.zero_grad()
+    acc.save_state(os.environ["RUN_DIR"] + "/state", async_save=True)
+    # No wait_for_checkpoint() or end_training(): the script just ends, as most scripts do, the save in flight.
+''')
+
+
+def test_a_ddp_script_exits_with_its_save_written_and_its_process_groups_gone(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(THREADS_AT_EXIT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update({"OMP_NUM_THREADS": "1", "RUN_DIR": str(tmp_path)})
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "terminate called" not in result.stderr
+    at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
+    # The save in flight was finished, not dropped ("cannot schedule new futures after interpreter shutdown").
+    assert "failed" not in result.stderr and os.listdir(tmp_path / "state"), result.stderr[-3000:]
+    # Only the main thread is left: the writer was joined, and the gloo threads of the default group and of the
+    # writer's own group ended when Ember destroyed them, before interpreter shutdown.
+    assert sorted(at_exit) == [f"[threads at exit] rank {rank}: ['python']" for rank in (0, 1)], result.stderr[-3000:]

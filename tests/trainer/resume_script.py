@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--signal-rank", type=int, default=0)
     parser.add_argument("--exit-code", type=int, default=143)
     parser.add_argument("--no-step-checkpoints", action="store_true")
+    parser.add_argument("--max-epochs", type=int, default=3,
+                        help="epochs to train (benchmarks/resume_hang.py trains more: a loader-worker start each)")
     parser.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (sharded checkpoints)")
     parser.add_argument("--lr-monitor", action="store_true",
                         help="log the learning rate before each step's batch (at the checkpoint's step)")
@@ -136,7 +138,8 @@ def main() -> None:
 
         where = {"accelerator": Accelerator(log_with="csv", project_dir=args.dir,
                                             fsdp_plugin=FullyShardedDataParallelPlugin())}
-    trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0, deterministic=True,
+    trainer = Trainer(max_epochs=args.max_epochs, accumulate_grad_batches=2, gradient_clip_val=1.0, seed=0,
+                      deterministic=True,
                       log_every_n_steps=2, callbacks=callbacks, enable_progress_bar=False,
                       enable_model_summary=False, preemption_exit_code=args.exit_code,
                       enable_checkpointing=not args.no_step_checkpoints, **where)
