@@ -24,6 +24,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from engine.activation_checkpointing import checkpoint_modules, outermost_wrappers
 from engine.keywords import suggest_keywords
+from engine.state import PartialState
 
 STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
 _PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,6 +34,9 @@ _DTYPE_NAMES: dict[str, torch.dtype] = {
 }
 _POLICY_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 _REPLACED_ATTR = "_ember_replaced_parameters"  # set on a sharded model: a _Replaced
+# The models apply_fsdp2 sharded, for release_fsdp_groups: weak, so that a model deleted early is not kept.
+_SHARDED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+_MESH_INFO_GROUPS = ("shard_process_group", "replicate_process_group", "reduce_scatter_process_group")
 
 
 class _Replaced(dict[int, tuple["weakref.ref[torch.Tensor]", str]]):
@@ -285,7 +289,55 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     setattr(model, _REPLACED_ATTR, before)
+    _SHARDED_MODELS.add(model)
+    PartialState.register_teardown(release_fsdp_groups)
     return model
+
+
+def release_fsdp_groups() -> None:
+    """Drop what FSDP2 and DTensor keep of the process groups, once the default group is destroyed.
+
+    Otherwise a sharded model that lives until interpreter shutdown (a script's global, as usual) keeps the
+    default gloo group alive past ``destroy_process_group``, and gloo's threads run on through shutdown (issue 39,
+    item 3: "terminate called without an active exception"). Holders seen with torch 2.13: each FSDP unit's
+    ``FSDPMeshInfo`` (``shard_process_group`` & co.), the device mesh's ``_pg_registry``, and DTensor's sharding
+    caches (Python ``lru_cache`` and the C++ fast path), whose ``OutputSharding`` entries keep the mesh alive even
+    after the model is deleted. Private attributes, hence each step guarded: a torch that renames one leaves that
+    reference (and the threads), it does not fail the exit.
+    """
+    try:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()  # this thread's Python cache and the C++ one: where training ran
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+    try:
+        from torch.distributed.tensor._collective_utils import MeshTopoInfo
+        from torch.distributed.tensor._redistribute import _gen_transform_infos
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        _gen_transform_infos.cache_clear()
+        MeshTopoInfo.build_from_mesh.cache_clear()
+        ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+    except Exception:  # noqa: BLE001
+        pass
+    for model in list(_SHARDED_MODELS):
+        for module in model.modules():
+            if not isinstance(module, FSDPModule):
+                continue
+            try:
+                group = module._get_fsdp_state()._fsdp_param_group
+                infos = [] if group is None else [group.mesh_info, group.post_forward_mesh_info]
+                for info in infos:
+                    if info is None:
+                        continue
+                    for name in _MESH_INFO_GROUPS:
+                        if name in info.__dict__:
+                            info.__dict__[name] = None
+                    info.mesh._get_root_mesh()._pg_registry.clear()  # sub-meshes register in their root's
+            except Exception:  # noqa: BLE001
+                pass
+    _SHARDED_MODELS.clear()
 
 
 def parameter_names(model: torch.nn.Module) -> _Replaced:

@@ -113,3 +113,31 @@ def test_a_ddp_script_exits_with_its_save_written_and_its_process_groups_gone(tm
     # Only the main thread is left: the writer was joined, and the gloo threads of the default group and of the
     # writer's own group ended when Ember destroyed them, before interpreter shutdown.
     assert sorted(at_exit) == [f"[threads at exit] rank {rank}: ['python']" for rank in (0, 1)], result.stderr[-3000:]
+
+
+FSDP2_AT_EXIT = THREADS_AT_EXIT.split("import torch\n")[0] + textwrap.dedent('''
+    import torch
+    from engine import Accelerator, FullyShardedDataParallelPlugin
+
+    acc = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 4))
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    acc.backward(model(torch.randn(2, 4)).sum())
+    opt.step()
+    # The sharded model stays a global until shutdown: its FSDP state, its device mesh and DTensor's caches all
+    # held the default group (torch 2.13), so gloo's threads outlived Ember's destroy_process_group.
+''')
+
+
+def test_an_fsdp2_script_exits_with_its_process_groups_gone(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(FSDP2_AT_EXIT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
+    assert len(at_exit) == 2, result.stderr[-3000:]
+    assert not [line for line in at_exit if "gloo" in line], at_exit
