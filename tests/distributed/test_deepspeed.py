@@ -132,7 +132,9 @@ def test_a_kill_during_a_deepspeed_save_leaves_the_previous_checkpoint_loadable(
 
 
 PROBES = ROOT / "tests" / "distributed" / "deepspeed_probe_script.py"
-_IMPORT_LEFTOVERS = ("_MLFLOW_TELEMETRY_SESSION_ID", "PYTORCH_NVML_BASED_CUDA_CHECK")
+# TORCHINDUCTOR_CACHE_DIR: set by importing torch._dynamo, which the engine does before creating a process group
+# (engine/state.py, so that destroying the group ends gloo's threads).
+_IMPORT_LEFTOVERS = ("_MLFLOW_TELEMETRY_SESSION_ID", "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR")
 _TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 # Where Ember answers a probe differently from Accelerate 1.15 on purpose (README, "DeepSpeed ZeRO 1/2/3"): what
 # Ember answers instead.
