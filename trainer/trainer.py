@@ -202,7 +202,6 @@ class Trainer:
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)
             self.loss_check.reset()
-            self.state.stopped_at, self.state.batch_open = None, False  # a new fit (or a resumed one) is going on
             if resume is not None:
                 self._restore(resume)  # before the trackers start: they reopen the saved runs
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
@@ -278,8 +277,7 @@ class Trainer:
                         self.evaluation.run("validate", hooks)  # val_check_interval as a time
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         cut = plan.num_training_batches is None or state.batch_in_epoch < plan.num_training_batches
-                        if cut:  # fit ends inside this epoch: what is saved from here on continues at this point
-                            state.stopped_at = (state.epoch, state.batch_in_epoch)
+                        state.stopped_at = (state.epoch, state.batch_in_epoch) if cut else None  # see TrainState
                         break
                 if plan.val_every is None and plan.val_seconds is None and plan.val_in_epoch(config, state.epoch):
                     self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)

@@ -54,8 +54,10 @@ class StopController:
 
     # -- a fit starts or resumes ------------------------------------------------------------------------------
     def start(self) -> None:
-        """A fit (or a resumed one) starts: nothing is pending and the clock continues from ``time_elapsed``."""
-        self.state.should_stop = self.requested = self._pending_min = False
+        """A fit (or a resumed one) starts: nothing is pending (no stop, no stopped epoch, no open batch) and the
+        clock continues from ``time_elapsed``."""
+        self.state.should_stop = self.requested = self._pending_min = self.state.batch_open = False
+        self.state.stopped_at = None
         self._interrupt, self._local_interrupts = None, set()
         self._clock = time.monotonic() - self.state.time_elapsed
 
