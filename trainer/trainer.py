@@ -290,7 +290,7 @@ class Trainer:
                 state.epoch += 1
                 state.batch_in_epoch = 0
                 stop.update_time()
-                self.checkpointer.flush(stepped=True)  # epoch-end checkpoints resume at the next epoch's start
+                self.checkpointer.flush(stepped=True)  # resumes at the next epoch (or at stopped_at)
             self.loss_check.check()
         reason = self.stop.limit_reached(config)
         if reason is not None and self.accelerator.is_main_process:  # Lightning's line, on stderr as its log
