@@ -89,6 +89,10 @@ def test_workers_exit_within_seconds_of_a_killed_launcher(launcher: str, mode: s
     assert survivors(workers) == []
     # A torchrun worker that was re-parented before it imported Ember no longer knows the launcher's pid.
     named = f"(pid {proc.pid}|this worker's parent)" if launcher == "torchrun" else f"pid {proc.pid}"
-    for rank in range(2):
-        line = fr"\[ember\] rank {rank}: the launcher \({named}\) is gone; this worker exits"
-        assert re.search(line, text), text[-3000:]
+    # At least one rank saw the launcher go. The other may see its peer go first (its collective fails): it then
+    # ends through the trainer's failure path, saying so, which is as prompt (the workers are gone, above).
+    gone = [rank for rank in range(2)
+            if re.search(fr"\[ember\] rank {rank}: the launcher \({named}\) is gone; this worker exits", text)]
+    assert gone, text[-3000:]
+    for rank in set(range(2)) - set(gone):
+        assert re.search(fr"\[ember\] rank {rank}: \w+ in the trainer; this process ends", text), text[-3000:]
