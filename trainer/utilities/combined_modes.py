@@ -8,6 +8,7 @@ each iterable at its limit while iterating (the trainer cuts the other modes at 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -44,8 +45,9 @@ class ModeIterator(Iterator[Item]):
     def __iter__(self) -> ModeIterator:
         return self
 
+    @abstractmethod
     def __next__(self) -> Item:
-        raise NotImplementedError
+        """The next ``(batches, batch_idx, dataloader_idx)``: each mode's own walk (the class cannot be built)."""
 
     def lengths(self) -> list[int | float]:
         lengths = [sized_len(iterable) for iterable in self.iterables]
