@@ -39,13 +39,14 @@ from trainer.loop.loss_check import LossCheck
 from trainer.loop.plan import RunPlan
 from trainer.loop.run import check_module, eval_sources, lend_logging, module_callbacks, run_scope
 from trainer.loop.schedulers import SchedulerStepper
-from trainer.loop.signals import Preempted, PreemptionHandler, one_line_interrupt, resume_hint
+from trainer.loop.signals import PreemptionHandler, one_line_interrupt
 from trainer.loop.stepping import check_trainable, detached, loss_of
 from trainer.loop.stop import StopController
 from trainer.metrics.logger import LogOptions, MetricLogger
 from trainer.metrics.tracking import TrackerLink, warn_log_interval
 from trainer.module import TrainModule
 from trainer.optim import clip_gradients
+from trainer.plugins.environments import check_environment
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
 from trainer.states import TrainerFn, TrainerStatus
@@ -143,7 +144,11 @@ class Trainer:
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
         self.plan = RunPlan(acc, self.strategy)
-        self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals))
+        self.cluster_environment = cluster = lightning.cluster  # plugins=[...], or SLURM's (trainer.plugins)
+        if cluster is not None:
+            check_environment(cluster, acc.process_index, acc.num_processes)
+        requeue = cluster.requeue_signals() if cluster is not None else ()
+        self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals, requeue))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
                                     autolog=config.enable_autolog_hparams)
@@ -153,8 +158,8 @@ class Trainer:
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self.profiler = resolve_profiler(config.profiler)
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
-        self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler,
-                                         *lightning.checkpoint_dirs(acc))
+        self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler, *lightning.checkpoint_dirs(acc),
+                                         job=cluster.job_key() if cluster is not None else None)
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
         self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes
@@ -441,16 +446,10 @@ class Trainer:
         reason = self.stop.take_interrupt()
         if reason is None or (reason == "max_time" and self.checkpoint_callback is None):
             return
-        self.checkpointer.save_interrupted(reason, self)
-        if reason == "preempted":
-            signal_name = self.stop.preemption.consume() or "a signal to another process"
-            self.trackers.finish()
-            state = self.state
-            message = (f"Preempted by {signal_name} at epoch {state.epoch}, batch {state.batch_in_epoch}, step "
-                       f"{state.global_step}: checkpoint saved; {resume_hint(self.checkpointer.newest())}")
-            if self.accelerator.is_main_process:
-                print(message, file=sys.stderr, flush=True)  # a SystemExit with a code prints nothing itself
-            raise Preempted(self.config.preemption_exit_code, message)
+        self.checkpointer.save_interrupted("max_time" if reason == "max_time" else "preempted", self)
+        if reason != "max_time":
+            self.stop.exit_preempted(reason == "requeue", self.checkpointer.newest(), self.trackers.finish,
+                                     self.config.preemption_exit_code, self.cluster_environment)
 
     # -- validate / test / predict ------------------------------------------------------------------------------
     @accepts_model

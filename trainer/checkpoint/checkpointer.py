@@ -36,11 +36,15 @@ class Checkpointer:
             Lightning (``None``: ``{project_dir}/checkpoints``).
         versions: the folder of that logger's ``version_N`` siblings when its version was picked automatically:
             ``ckpt_path="last"`` also looks in their ``checkpoints`` (a restarted script gets a new version).
+        job: the cluster's name of this job that survives a requeue (``ClusterEnvironment.job_key``): recorded in
+            every checkpoint, and ``fit(ckpt_path=None)`` resumes from the newest checkpoint of this job.
     """
 
     def __init__(self, accelerator: Accelerator, entry: TrainerEntry, before_save: Callable[[], None],
-                 profiler: Profiler | None = None, log_dir: str | None = None, versions: str | None = None) -> None:
+                 profiler: Profiler | None = None, log_dir: str | None = None, versions: str | None = None,
+                 job: str | None = None) -> None:
         self.accelerator = accelerator
+        self.job = entry.job = job
         self.log_dir = log_dir
         self.versions = versions
         self.entry = entry
@@ -81,7 +85,8 @@ class Checkpointer:
         found = self.checkpoint_callbacks
         resume = resolve(self.accelerator, ckpt_path, entry, directories=self.directories(),
                          best_path=found[0].best_model_path if found else None,
-                         has_checkpoint_callback=bool(found), required=required)
+                         has_checkpoint_callback=bool(found), required=required,
+                         job=self.job if entry == "fit" else None)
         self.ckpt_path = resume.folder if resume is not None else None
         return resume
 

@@ -61,6 +61,7 @@ class TrainerEntry:
         self.trackers = trackers
         self._owner = weakref.ref(owner)
         self.run_id = new_run_id()
+        self.job: str | None = None  # the cluster's job key (Checkpointer), recorded in every checkpoint
 
     # -- saving -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -78,7 +79,7 @@ class TrainerEntry:
         # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
         hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
                    "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
-        payload = {"format": FORMAT, "version": VERSION, "run": identity_of(self.run_id, self.attached.module),
+        payload = {"format": FORMAT, "version": VERSION, "run": identity_of(self.run_id, self.attached.module, self.job),
                    "trainer": self.trainer_state(),
                    "trackers": self.trackers.state_dict(), "checkpoint": extra, "callback_metrics": metrics,
                    "prepared": list(self.prepared), "hyper_parameters": hparams}

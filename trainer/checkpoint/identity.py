@@ -48,11 +48,26 @@ def module_signature(module: torch.nn.Module) -> dict[str, list[int]]:
             for name, value in module.state_dict(keep_vars=True).items() if isinstance(value, torch.Tensor)}
 
 
-def identity_of(run_id: str, module: Any) -> dict[str, Any]:
-    """What a checkpoint's trainer entry records about its run (``module`` may be None: nothing attached yet)."""
+def identity_of(run_id: str, module: Any, job: str | None = None) -> dict[str, Any]:
+    """What a checkpoint's trainer entry records about its run (``module`` may be None: nothing attached yet);
+    ``job``: the cluster job that wrote it (``ClusterEnvironment.job_key``, e.g. ``"slurm:4242"``)."""
     if module is None:
-        return {"id": run_id, "module": None, "parameters": None}
-    return {"id": run_id, "module": class_name(module), "parameters": module_signature(module)}
+        return {"id": run_id, "module": None, "parameters": None, "job": job}
+    return {"id": run_id, "module": class_name(module), "parameters": module_signature(module), "job": job}
+
+
+def of_job(candidates: list[str], job: str) -> list[str]:
+    """The checkpoints among ``candidates`` (newest first) that ``job`` wrote; one whose trainer entry cannot be
+    read is left out (whose it is cannot be told, so it is never taken for this job's)."""
+    kept = []
+    for path in candidates:
+        try:
+            identity = read_identity(path)
+        except CorruptCheckpointError:
+            continue
+        if identity is not None and identity.get("job") == job:
+            kept.append(path)
+    return kept
 
 
 def read_identity(folder: str) -> dict[str, Any] | None:

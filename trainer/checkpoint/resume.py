@@ -20,7 +20,7 @@ from engine import Accelerator, broadcast_object_list
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
 from engine.checkpoint_state import read_model_weights
-from trainer.checkpoint.identity import check_module, same_run
+from trainer.checkpoint.identity import check_module, of_job, same_run
 
 _ERRORS: dict[str, type[Exception]] = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
                                        "CheckpointError": CheckpointError,
@@ -51,7 +51,7 @@ def newest(directories: list[str]) -> str | None:
 
 def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, entry: str, *,
             directories: list[str], best_path: str | None, has_checkpoint_callback: bool,
-            required: bool = False) -> Resume | None:
+            required: bool = False, job: str | None = None) -> Resume | None:
     """What ``ckpt_path`` names, decided on process 0 and shared; ``None``: start fresh.
 
     Args:
@@ -61,9 +61,11 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
         best_path: the first ModelCheckpoint's ``best_model_path`` (``"best"``).
         has_checkpoint_callback: whether there is a ModelCheckpoint at all (for the message about ``"best"``).
         required: no checkpoint found is an error (evaluation), not a fresh start (``fit``).
+        job: the cluster job key (``ClusterEnvironment.job_key``): with ``ckpt_path=None``, the newest committed
+            checkpoint this job wrote is resumed (a requeued job continues by itself); none: a fresh start.
     """
     if ckpt_path is None:
-        return None
+        return None if job is None else _job_resume(accelerator, directories, job)
     outcome: list[Any] = [None]
     if accelerator.is_main_process:
         try:
@@ -82,6 +84,22 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
         accelerator.print(message + "; starting a new run.")
         return None
     return Resume(os.fspath(ckpt_path), tuple(value))
+
+
+def _job_resume(accelerator: Accelerator, directories: list[str], job: str) -> Resume | None:
+    """The checkpoints ``job`` wrote in ``directories``, newest first, as a ``"last"`` resume (a damaged newest
+    one falls back to the job's previous one); None when it wrote none (its first start)."""
+    found: list[Any] = [None]
+    if accelerator.is_main_process:
+        committed = folders.committed_checkpoints(*directories, auto_named=False)
+        found[0] = of_job([path for _, path in reversed(committed)], job)
+    if accelerator.num_processes > 1:
+        broadcast_object_list(found)
+    if not found[0]:
+        return None
+    accelerator.print(f"fit(ckpt_path=None): {job} wrote checkpoints before (the job was requeued); resuming from "
+                      f"its newest, {found[0][0]}.")
+    return Resume("last", tuple(found[0]))
 
 
 def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | None,

@@ -16,7 +16,9 @@ construction:
 - ``barebones``: no logging (here), checkpointing, progress bar, model summary or sanity check (in
   ``TrainerConfig``; conflicting keywords raise, as in Lightning).
 - ``enable_autolog_hparams``: send the module's / data module's hyperparameters to the loggers.
-- ``plugins``, ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
+- ``plugins``: a cluster environment (``trainer.plugins.environments``; ``SLURMEnvironment()`` by itself under
+  a SLURM batch job).
+- ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
   ``use_distributed_sampler=False`` with several processes: refused with what to do instead.
 """
 
@@ -35,6 +37,7 @@ from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
+from trainer.plugins.environments import ClusterEnvironment, resolve_environment
 from trainer.strategies import resolve_strategy
 from trainer.utilities.rank_zero import rank_zero_info
 
@@ -56,6 +59,7 @@ class LightningChoices:
     strategy: Any = None  # trainer.strategy: the strategy object (a name became the object it stands for)
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
+    cluster: ClusterEnvironment | None = None  # plugins=[...]'s environment, or SLURM's when detected
 
     def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
@@ -133,7 +137,8 @@ def accepts_model(method: F) -> F:
 def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     """Check the Lightning-only keywords of ``config`` (a ``TrainerConfig``) and decide what Ember does for each."""
     check_accelerator(config.accelerator)
-    _refuse_unsupported(config.plugins, config.model_registry, config.reload_dataloaders_every_n_epochs)
+    _refuse_unsupported(config.model_registry, config.reload_dataloaders_every_n_epochs)
+    cluster = resolve_environment(config.plugins)
     for name in ("inference_mode", "sync_batchnorm", "barebones", "use_distributed_sampler", "enable_autolog_hparams"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"Trainer({name}=...) must be True or False. Received: {getattr(config, name)!r}.")
@@ -151,7 +156,10 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
         log_with, loggers = unset, []  # an Accelerator was given: the trackers set on it (its log_with) log
     else:
         log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
-    processes = processes_to_start(parse_devices(config.devices, config.accelerator), config.num_nodes)
+    devices = parse_devices(config.devices, config.accelerator)
+    processes = processes_to_start(devices, config.num_nodes)
+    if cluster is not None and devices is not None:
+        cluster.validate_settings(devices, config.num_nodes)
     kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes),
                                                           config.num_nodes)
     if kind == "model_parallel":
@@ -167,7 +175,7 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
                          "normalises with its own batch statistics).")
     return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
                             accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, strategy=strategy,
-                            processes=processes, cpu=cpu)
+                            processes=processes, cpu=cpu, cluster=cluster)
 
 
 def defaults_from_environment(keywords: dict[str, Any], names: tuple[str, ...],
@@ -211,11 +219,7 @@ def say_what_limits_mean(keywords: dict[str, Any]) -> None:
         rank_zero_info(f"`Trainer({name}={value})` was configured so {meaning}.")
 
 
-def _refuse_unsupported(plugins: Any, model_registry: Any, reload_every: Any) -> None:
-    if plugins:
-        raise ValueError(f"Trainer(plugins={plugins!r}) is not supported: precision is set with precision= "
-                         "(e.g. 'bf16-mixed'), cluster environments are read from the launcher's variables, and "
-                         "checkpoint I/O is Ember's own. Pass an engine.Accelerator as accelerator= for more.")
+def _refuse_unsupported(model_registry: Any, reload_every: Any) -> None:
     if model_registry is not None:
         raise ValueError(f"Trainer(model_registry={model_registry!r}) is not supported: Ember uploads nothing; "
                          "load local checkpoints with load_from_checkpoint.")

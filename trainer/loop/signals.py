@@ -105,15 +105,18 @@ class PreemptionHandler:
         ('SIGUSR1', 'SIGUSR1')
     """
 
-    def __init__(self, signals: Iterable[int]) -> None:
-        self.signals = tuple(signals)
+    def __init__(self, signals: Iterable[int], requeue: Iterable[int] = ()) -> None:
+        self.requeue_signals = tuple(requeue)  # the cluster's "save and come back" signals (SLURM's SIGUSR1)
+        self.signals = tuple(dict.fromkeys((*signals, *self.requeue_signals)))
         self.received: str | None = None
+        self.requeue_asked = False  # a requeue signal arrived (the cluster environment requeues after the save)
         self._pending: int | None = None
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Only a flag: the trainer saves and exits at the next step boundary, where every process meets.
         self.received = signal.Signals(signum).name
+        self.requeue_asked = self.requeue_asked or signum in self.requeue_signals
         self._pending = signum
 
     def consume(self) -> str | None:
@@ -122,7 +125,7 @@ class PreemptionHandler:
         return self.received
 
     def __enter__(self) -> PreemptionHandler:  # noqa: PYI034 - a final class in practice
-        self.received, self._pending = None, None
+        self.received, self._pending, self.requeue_asked = None, None, False
         if self.signals and threading.current_thread() is threading.main_thread():
             for number in self.signals:
                 self._previous[number] = signal.signal(number, self._handle)

@@ -8,14 +8,18 @@ is reported by ``interrupt()``; the trainer saves it at that boundary.
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
+from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 
 from engine import Accelerator
 from trainer.config import TrainerConfig
-from trainer.loop.signals import PreemptionHandler
+from trainer.loop.signals import Preempted, PreemptionHandler, resume_hint
+from trainer.plugins.environments import ClusterEnvironment
 from trainer.state import TrainState
 
 
@@ -130,7 +134,7 @@ class StopController:
         if (self.requested or self.world > 1) and self.accelerator.check_trigger():
             self.requested = False
             self._interrupt = self._agree_interrupt()
-            if self._interrupt == "preempted" or self._minimum_met(config):
+            if self._interrupt in ("preempted", "requeue") or self._minimum_met(config):
                 state.should_stop = True
             else:
                 self._interrupt = None
@@ -146,16 +150,39 @@ class StopController:
         return self.state.epoch >= (config.min_epochs or 0) and self.state.global_step >= (config.min_steps or 0)
 
     def take_interrupt(self) -> str | None:
-        """The agreed interrupt (``"preempted"`` / ``"max_time"``) of the stop just decided, once."""
+        """The agreed interrupt (``"preempted"`` / ``"requeue"`` / ``"max_time"``) of the stop just decided, once."""
         reason, self._interrupt = self._interrupt, None
         return reason
 
     def _agree_interrupt(self) -> str | None:
         """Why the agreed stop happened, if it was an interrupt on any process (one reduce, only at a stop)."""
         local = self._local_interrupts
-        flags = torch.tensor([float("preempted" in local), float("max_time" in local)], device=self.accelerator.device)
+        flags = torch.tensor([float("preempted" in local), float("max_time" in local),
+                              float(self.preemption.requeue_asked)], device=self.accelerator.device)
         if self.world > 1:
             flags = self.accelerator.reduce(flags, "sum")
         local.clear()
-        preempted, timed_out = (bool(v) for v in flags.tolist())
-        return "preempted" if preempted else "max_time" if timed_out else None
+        preempted, timed_out, requeue = (bool(v) for v in flags.tolist())
+        # A requeue signal on any process: process 0 requeues the job after the save, even if its own copy of the
+        # signal has not arrived yet (SLURM signals every task, not at the same instant).
+        return "requeue" if requeue else "preempted" if preempted else "max_time" if timed_out else None
+
+    def exit_preempted(self, requeue: bool, newest: str | None, finish: Callable[[], None], exit_code: int,
+                       cluster: ClusterEnvironment | None) -> NoReturn:
+        """After the preemption checkpoint is committed: finish the trackers (``finish``), requeue the job on
+        process 0 when a requeue signal came (``cluster.requeue()``), say so in one line and raise ``Preempted``.
+
+        The requeue comes last: SLURM ends the job's tasks once it is requeued, so everything that must reach the
+        disk already has.
+        """
+        signal_name = self.preemption.consume() or "a signal to another process"
+        finish()
+        state, main = self.state, self.accelerator.is_main_process
+        where = resume_hint(newest)
+        if requeue and cluster is not None:  # the requeued job resumes by itself: the cluster says how it went
+            where = f"the checkpoint is {newest}. " + (cluster.requeue() if main else "The job is requeued.")
+        message = (f"Preempted by {signal_name} at epoch {state.epoch}, batch {state.batch_in_epoch}, step "
+                   f"{state.global_step}: checkpoint saved; {where}")
+        if main:
+            print(message, file=sys.stderr, flush=True)  # a SystemExit with a code prints nothing itself
+        raise Preempted(exit_code, message)
