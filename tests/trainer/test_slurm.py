@@ -98,6 +98,16 @@ def test_a_first_start_and_another_job_start_fresh(slurm: Path, monkeypatch: pyt
     again.fit(Regressor(), data())  # job 4242 requeued after a node failure: continues from its epoch-end save
     assert again.checkpointer.ckpt_path is not None and "4242" not in again.checkpointer.ckpt_path
     assert again.global_step == 8
+    hpc = _trainer(slurm, max_epochs=3)
+    hpc.fit(Regressor(), data(), ckpt_path="hpc")  # Lightning's spelling of the same resume
+    assert hpc.checkpointer.ckpt_path is not None and hpc.global_step == 12
+    monkeypatch.setenv("SLURM_JOB_ID", "6161")
+    fresh = _trainer(slurm / "hpc-first", max_epochs=1)
+    fresh.fit(Regressor(), data(), ckpt_path="hpc")  # a first start with "hpc": fresh, saying so (no error)
+    assert "slurm:6161 has written no checkpoint yet; starting a new run" in capsys.readouterr().out
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")
+    with pytest.raises(ValueError, match=r"ckpt_path='hpc'\) resumes a requeued SLURM job .* ckpt_path='last'"):
+        _trainer(slurm).fit(Regressor(), data(), ckpt_path="hpc")
 
 
 def test_array_task_is_requeued_alone_and_no_scontrol_still_saves(slurm: Path, monkeypatch: pytest.MonkeyPatch,

@@ -64,8 +64,17 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
         job: the cluster job key (``ClusterEnvironment.job_key``): with ``ckpt_path=None``, the newest committed
             checkpoint this job wrote is resumed (a requeued job continues by itself); none: a fresh start.
     """
-    if ckpt_path is None:
-        return None if job is None else _job_resume(accelerator, directories, job)
+    if ckpt_path is None or ckpt_path == "hpc":  # "hpc": Lightning's name for a requeued SLURM job's checkpoint
+        if job is None:
+            if ckpt_path is None:
+                return None
+            raise ValueError(f"{entry}(ckpt_path='hpc') resumes a requeued SLURM job from its own checkpoint, but "
+                             "this process is not a task of a SLURM batch job (no SLURMEnvironment). Pass "
+                             "ckpt_path='last' for the newest checkpoint of the project, or a checkpoint folder.")
+        resume = _job_resume(accelerator, directories, job)
+        if resume is None and ckpt_path == "hpc":
+            accelerator.print(f"{entry}(ckpt_path='hpc'): {job} has written no checkpoint yet; starting a new run.")
+        return resume
     outcome: list[Any] = [None]
     if accelerator.is_main_process:
         try:
