@@ -12,6 +12,7 @@ optimizer built before ``prepare`` is pointed at the new parameters by ``retarge
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from collections.abc import Iterable, Mapping
@@ -305,13 +306,11 @@ def release_fsdp_groups() -> None:
     after the model is deleted. Private attributes, hence each step guarded: a torch that renames one leaves that
     reference (and the threads), it does not fail the exit.
     """
-    try:
+    with contextlib.suppress(Exception):  # see the docstring: a renamed private attribute leaves its reference
         from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
         _clear_sharding_prop_cache()  # this thread's Python cache and the C++ one: where training ran
-    except Exception:  # noqa: BLE001 - see the docstring
-        pass
-    try:
+    with contextlib.suppress(Exception):
         from torch.distributed.tensor._collective_utils import MeshTopoInfo
         from torch.distributed.tensor._redistribute import _gen_transform_infos
         from torch.distributed.tensor._sharding_prop import ShardingPropagator
@@ -319,13 +318,11 @@ def release_fsdp_groups() -> None:
         _gen_transform_infos.cache_clear()
         MeshTopoInfo.build_from_mesh.cache_clear()
         ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
-    except Exception:  # noqa: BLE001
-        pass
     for model in list(_SHARDED_MODELS):
         for module in model.modules():
             if not isinstance(module, FSDPModule):
                 continue
-            try:
+            with contextlib.suppress(Exception):
                 group = module._get_fsdp_state()._fsdp_param_group
                 infos = [] if group is None else [group.mesh_info, group.post_forward_mesh_info]
                 for info in infos:
@@ -335,8 +332,6 @@ def release_fsdp_groups() -> None:
                         if name in info.__dict__:
                             info.__dict__[name] = None
                     info.mesh._get_root_mesh()._pg_registry.clear()  # sub-meshes register in their root's
-            except Exception:  # noqa: BLE001
-                pass
     _SHARDED_MODELS.clear()
 
 

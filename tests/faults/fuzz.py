@@ -30,7 +30,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import torch
 

@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from callbacks import Callback, ModelCheckpoint  # noqa: E402
-from trainer import Trainer, TrainModule  # noqa: E402
+from callbacks import Callback, ModelCheckpoint
+from trainer import Trainer, TrainModule
 
 # How many processes each backend runs on (the fuzzer launches them with torchrun when more than one).
 BACKENDS: dict[str, int] = {"single": 1, "ddp": 2, "fsdp2": 2, "deepspeed2": 2, "deepspeed3": 2, "tp": 2,
