@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from engine.backends.base import Backend, ModelsToSave
+from engine.backends.deepspeed_groups import track_engine
 from engine.checkpoint_io import CheckpointError, fsync_dir
 from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from engine.logging import get_logger
@@ -186,6 +187,7 @@ class DeepSpeed(Backend):
                 kwargs["lr_scheduler"] = scheduler
         engine, ds_optimizer, _, ds_scheduler = self.deepspeed.initialize(**kwargs)
         self.engine = engine
+        track_engine(engine)  # its references to the process groups go when the engine destroys them
         prepared_optimizer = DeepSpeedOptimizerWrapper(ds_optimizer, engine) if ds_optimizer is not None else None
         prepared_scheduler: Any = scheduler
         if scheduler is not None and ds_scheduler is not None:

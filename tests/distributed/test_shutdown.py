@@ -143,3 +143,36 @@ def test_an_fsdp2_script_exits_with_its_process_groups_gone(tmp_path: Path) -> N
     at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
     assert len(at_exit) == 2, result.stderr[-3000:]
     assert not [line for line in at_exit if "gloo" in line], at_exit
+
+
+DEEPSPEED_AT_EXIT = THREADS_AT_EXIT.split("import torch\n")[0] + textwrap.dedent('''
+    import torch
+    from engine import Accelerator, DeepSpeedPlugin
+
+    acc = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=1))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 4))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model, opt, loader = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    for (x,) in loader:
+        acc.backward(model(x).sum())
+        opt.step()
+        opt.zero_grad()
+    # The engine stays a global until shutdown. DeepSpeed 0.19.8 held both of its groups there: in
+    # deepspeed.utils.groups, the engine, the ZeRO-3 optimizer and offload, zero.Init, every parameter, and the
+    # default arguments of TorchBackend.barrier; four gloo threads ran on through interpreter shutdown.
+''')
+
+
+def test_a_deepspeed_script_exits_with_its_process_groups_gone(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(DEEPSPEED_AT_EXIT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update({"OMP_NUM_THREADS": "1", "EMBER_WATCH_LAUNCHER": "0"})
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "terminate called" not in result.stderr
+    at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
+    assert len(at_exit) == 2, result.stderr[-3000:]
+    assert not [line for line in at_exit if "gloo" in line], at_exit
