@@ -116,7 +116,8 @@ class CheckpointingMixin:
 
     # -- save -------------------------------------------------------------------------------------------------
     def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
-                   async_save: bool = False, include_gradients: bool = True, **save_model_func_kwargs: Any) -> str:
+                   async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
+                   **save_model_func_kwargs: Any) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects.
 
         The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
@@ -138,6 +139,12 @@ class CheckpointingMixin:
         gradients are spent (saved after the step, zeroed before the next backward) passes
         ``include_gradients=False``: the checkpoint is smaller and loads on another number of processes.
 
+        With ``local_parts=True`` each process writes only its own part into its own ``output_dir`` (a folder on
+        its own disk; the processes may name different ones): no shared file system is needed. Process 0's part
+        holds the manifest, which lists every part's files with their checksums, so the parts copied into one
+        folder (Ray Train merges the folders its workers report with ``Checkpoint.from_directory``) form a
+        checkpoint that ``load_state`` verifies and loads on every process; a part alone does not verify.
+
         >>> import tempfile
         >>> from engine import Accelerator
         >>> accelerator = Accelerator(cpu=True)
@@ -152,7 +159,8 @@ class CheckpointingMixin:
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected keyword arguments {sorted(save_model_func_kwargs)}: "
                             "Accelerate passes them to DeepSpeed, which Ember does not support. Remove them.")
-        for name, flag in (("async_save", async_save), ("include_gradients", include_gradients)):
+        for name, flag in (("async_save", async_save), ("include_gradients", include_gradients),
+                           ("local_parts", local_parts)):
             if not isinstance(flag, bool):
                 raise TypeError(f"save_state({name}={flag!r}): pass True or False.")
         # Registered objects first, on every rank, as Accelerate calls their state_dict(): it may run code every
@@ -169,26 +177,21 @@ class CheckpointingMixin:
         if auto and config.project_dir is None:
             raise ValueError("automatic_checkpoint_naming=True needs ProjectConfiguration(project_dir=...): "
                              "checkpoints go to {project_dir}/checkpoints.")
-        self._check_same_folder(output_dir)
-        # Rank 0 picks the folder names (and cleans crash leftovers); everyone else uses the same ones.
-        plan: list[Any] = [None]
-        plan_error: BaseException | None = None
-        if self.state.is_main_process:
-            try:
-                plan[0] = ("ok", self._plan_save(output_dir))
-            except Exception as err:  # noqa: BLE001 - re-raised on every rank below
-                plan_error, plan[0] = err, (type(err).__name__, str(err))
-        broadcast_object_list(plan)
-        if plan[0][0] != "ok":
-            self._raise_agreed((plan[0][0], plan[0][1], 0), plan_error)
-        final, temp, number = plan[0][1]
+        if local_parts and auto:
+            raise ValueError("save_state(local_parts=True) needs output_dir=...: a folder on this process's own disk.")
+        if local_parts:
+            final, temp, number = self._plan_part(output_dir)
+        else:
+            self._check_same_folder(output_dir)
+            final, temp, number = self._plan_shared(output_dir)
         prune = None
         if auto and config.total_limit is not None:
             prune = PrunePlan(os.path.dirname(final), config.total_limit,
                               [self._resumed_from] if self._resumed_from else [])
         job = SaveJob(final=final, temp=temp, number=number, rank=self.state.process_index,
-                      world_size=self.state.num_processes, writer=self._is_checkpoint_writer,
-                      state=CapturedState(step=self.step, rng=rng_state), prune=prune)
+                      world_size=self.state.num_processes,
+                      writer=self.state.is_main_process if local_parts else self._is_checkpoint_writer,
+                      state=CapturedState(step=self.step, rng=rng_state), prune=prune, local_parts=local_parts)
         error: BaseException | None = None
         try:
             job.state = self._capture(job, rng_state, safe_serialization, async_save, custom, custom_error,
@@ -198,7 +201,7 @@ class CheckpointingMixin:
         if async_save:
             failure = self._agree(error)  # start writing only if every rank has its snapshot
             if failure is not None:
-                if job.writer and os.path.isdir(temp):
+                if (job.writer or local_parts) and os.path.isdir(temp):
                     folders.remove_folder(temp)
                 self._raise_agreed(failure, error)
             checkpointer = self._async_checkpointer
@@ -294,6 +297,35 @@ class CheckpointingMixin:
             raise ValueError("save_state() needs the same output_dir on every process (the processes write one "
                              f"checkpoint together), got:\n{listing}\nPass one path on every process, e.g. "
                              "make it on the main process and share it with `broadcast_object_list`.")
+
+    def _plan_shared(self, output_dir: str | os.PathLike[str] | None) -> tuple[str, str, int | None]:
+        """Rank 0 picks the folder names (and cleans crash leftovers); everyone else uses the same ones."""
+        plan: list[Any] = [None]
+        plan_error: BaseException | None = None
+        if self.state.is_main_process:
+            try:
+                plan[0] = ("ok", self._plan_save(output_dir))
+            except Exception as err:  # noqa: BLE001 - re-raised on every rank below
+                plan_error, plan[0] = err, (type(err).__name__, str(err))
+        broadcast_object_list(plan)
+        if plan[0][0] != "ok":
+            self._raise_agreed((plan[0][0], plan[0][1], 0), plan_error)
+        return plan[0][1]
+
+    def _plan_part(self, output_dir: str | os.PathLike[str] | None) -> tuple[str, str, int | None]:
+        """Each rank plans its own part's folder on its own disk; a failure on any rank is raised on all."""
+        plan, error = None, None
+        try:
+            plan = self._plan_save(output_dir)
+        except Exception as err:  # noqa: BLE001 - agreed just below
+            error = err
+        failure = self._agree(error)
+        if failure is not None:
+            if plan is not None:
+                folders.remove_folder(plan[1])
+            self._raise_agreed(failure, error)
+        assert plan is not None
+        return plan
 
     def _plan_save(self, output_dir: str | os.PathLike[str] | None) -> tuple[str, str, int | None]:
         """(final folder, temporary folder, automatic number or None); creates the temporary folder."""

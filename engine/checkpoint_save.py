@@ -84,6 +84,10 @@ class SaveJob:
     shard_files: Callable[[], list[str]] | None = None  # waits for background DCP writes; this rank's files
     prune: PrunePlan | None = None
     before_write: Callable[[], None] | None = None  # e.g. wait for a snapshot's device copies
+    # Every rank writes into its own folder on its own disk (``save_state(local_parts=True)``): each commits its
+    # part by a rename, and the writer's manifest lists every rank's files, so only the parts put together in one
+    # folder verify (what Ray Train makes of the folders its workers report).
+    local_parts: bool = False
 
     def run(self, gather: Gather, error: BaseException | None = None) -> str:
         """Write, agree, commit and prune; returns the committed folder or raises the agreed failure.
@@ -99,14 +103,16 @@ class SaveJob:
         reports = gather((self.rank, records, describe(error)))
         failure = first_failure([(rank, report) for rank, _, report in reports])
         if failure is None:
-            if self.writer:
-                try:
+            try:
+                if self.writer:
                     self._commit([rank_records for _, rank_records, _ in reports])
-                except Exception as err:  # noqa: BLE001 - shared with every rank below
-                    error = err
+                elif self.local_parts:
+                    folders.commit(self.temp, self.final)  # no manifest: a part alone is never loaded
+            except Exception as err:  # noqa: BLE001 - shared with every rank below
+                error = err
             failure = first_failure(gather((self.rank, describe(error))))
         if failure is not None:
-            if self.writer and os.path.isdir(self.temp):
+            if (self.writer or self.local_parts) and os.path.isdir(self.temp):
                 folders.remove_folder(self.temp)
             raise_agreed(failure, error, self.rank)
         if self.prune is not None and self.writer:
@@ -134,8 +140,9 @@ class SaveJob:
             records.update(rank_records)
         present = set(folders.list_files(self.temp))
         # Files a pre-hook wrote are part of the checkpoint too; with save_on_each_node, files other nodes
-        # wrote to their own disks are not on this one.
-        files = {name: record for name, record in records.items() if name in present}
+        # wrote to their own disks are not on this one (with local parts they are listed all the same: the
+        # checkpoint is the union of the parts, and it verifies only once every part is in it).
+        files = {name: record for name, record in records.items() if self.local_parts or name in present}
         files.update({name: hash_file(os.path.join(self.temp, name), default_algorithm())
                       for name in present - set(records)})
         folders.write_manifest(self.temp, files, step=self.state.step, iteration=self.number,

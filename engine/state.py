@@ -75,6 +75,9 @@ class _ProcessRecord:
     local_num_processes: int
     debug: bool
     fork_launched: bool = False
+    # The default process group was made by other code (Ray Train's workers, a test, the user) and adopted: its
+    # owner destroys it, so Ember's teardown leaves it alone (Ray's next collective or its own shutdown needs it).
+    adopted_group: bool = False
     init_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -104,6 +107,9 @@ class PartialState:
     # group (parallel.py: its DDP wrappers), so that this module, the bottom of the engine, imports none of them.
     # Kept on the class, not the record: the process group outlives `_reset_state()`.
     _teardown: ClassVar[list[Callable[[], None]]] = []
+    # id() of the default group Ember made (None: none alive). On the class for the same reason: a record rebuilt
+    # after `_reset_state()` must still know the group is Ember's to destroy, not one it adopted.
+    _made_group: ClassVar[int | None] = None
 
     def __init__(self, cpu: bool = False, *, _environment: EngineEnvironment | None = None, **kwargs: Any) -> None:
         if PartialState._shared is None:
@@ -121,6 +127,7 @@ class PartialState:
     @staticmethod
     def _initialise(cpu: bool, env: EngineEnvironment, kwargs: dict[str, Any]) -> _ProcessRecord:
         launch = env.launch
+        adopted = False
         requested_backend = kwargs.pop("backend", None)
         debug = env.debug_mode
         preset_device = env.torch_device
@@ -133,7 +140,7 @@ class PartialState:
                 warnings.warn(f"InitProcessGroupKwargs {given} have no effect: "
                               "torch.distributed was already initialised by other code. Pass them to its "
                               "init_process_group call instead.", stacklevel=3)
-            backend = dist.get_backend()
+            backend, adopted = dist.get_backend(), PartialState._made_group != id(dist.group.WORLD)
             world, rank = dist.get_world_size(), dist.get_rank()
             dtype = DistributedType.MULTI_GPU if backend == "nccl" else DistributedType.MULTI_CPU
             if world == 1:
@@ -151,6 +158,7 @@ class PartialState:
                 torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
             _import_dynamo_first()
             dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
+            PartialState._made_group = id(dist.group.WORLD)
             world, rank = dist.get_world_size(), dist.get_rank()
         else:
             if requested_backend is not None:
@@ -174,7 +182,7 @@ class PartialState:
         return _ProcessRecord(cpu=cpu, backend=backend, device=device, distributed_type=dtype,
                               num_processes=world, process_index=rank, local_process_index=local_index,
                               local_num_processes=launch.local_world_size if dtype != DistributedType.NO else 1,
-                              debug=debug, init_kwargs=kwargs)
+                              debug=debug, adopted_group=adopted, init_kwargs=kwargs)
 
     # -- the shared record ------------------------------------------------------------------------------------
     @property
@@ -242,6 +250,13 @@ class PartialState:
         return self._record.fork_launched
 
     @property
+    def adopted_process_group(self) -> bool:
+        """Whether the default process group was made by other code (Ray Train, the user) and adopted as it was:
+        then ``destroy_process_group()`` (``end_training``, the trainer's failure path, the exit handler) leaves it
+        to its owner."""
+        return self._record.adopted_group
+
+    @property
     def use_distributed(self) -> bool:
         return self.distributed_type != DistributedType.NO and self.num_processes > 1
 
@@ -307,12 +322,14 @@ class PartialState:
             torch.cuda.set_device(self.device)
 
     def destroy_process_group(self, group: Any = None) -> None:
-        """Destroy the process group (a no-op for fork-launched runs when no group is named)."""
-        if self.fork_launched and group is None:
+        """Destroy the process group (a no-op for fork-launched runs and for an adopted default group when no group
+        is named: Ember destroys only the groups it created)."""
+        if group is None and (self.fork_launched or self.adopted_process_group):
             return
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
             if group is None:
+                PartialState._made_group = None
                 callbacks = list(PartialState._teardown)
                 PartialState._teardown.clear()
                 for callback in callbacks:
@@ -370,6 +387,7 @@ def process_group_of_one(device: torch.device) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     _import_dynamo_first()
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    PartialState._made_group = id(dist.group.WORLD)
 
 
 def _import_dynamo_first() -> None:
@@ -392,7 +410,8 @@ def _collect_before_exit() -> None:
     here). Runs after every exit handler registered later (atexit calls them in reverse order)."""
     gc.collect()
     record = PartialState._shared
-    if record is not None and not record.fork_launched and dist.is_available() and dist.is_initialized():
+    if (record is not None and not record.fork_launched and not record.adopted_group and dist.is_available()
+            and dist.is_initialized()):
         PartialState().destroy_process_group()
         gc.collect()
 

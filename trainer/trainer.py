@@ -147,8 +147,7 @@ class Trainer:
         self.cluster_environment = cluster = lightning.cluster  # plugins=[...], or SLURM's (trainer.plugins)
         if cluster is not None:
             check_environment(cluster, acc.process_index, acc.num_processes)
-        requeue = cluster.requeue_signals() if cluster is not None else ()
-        self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals, requeue))
+        self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals, cluster))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
                                     autolog=config.enable_autolog_hparams)
@@ -159,7 +158,7 @@ class Trainer:
         self.profiler = resolve_profiler(config.profiler)
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
         self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler, *lightning.checkpoint_dirs(acc),
-                                         job=cluster.job_key() if cluster is not None else None)
+                                         cluster=cluster)
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
         self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes

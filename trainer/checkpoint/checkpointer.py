@@ -20,6 +20,7 @@ from engine import Accelerator
 from engine.checkpoint_io import CheckpointError
 from trainer.checkpoint.entry import TrainerEntry
 from trainer.checkpoint.resume import Resume, newest, resolve
+from trainer.plugins.environments import ClusterEnvironment
 from trainer.profiling import Profiler, profile
 
 
@@ -36,15 +37,18 @@ class Checkpointer:
             Lightning (``None``: ``{project_dir}/checkpoints``).
         versions: the folder of that logger's ``version_N`` siblings when its version was picked automatically:
             ``ckpt_path="last"`` also looks in their ``checkpoints`` (a restarted script gets a new version).
-        job: the cluster's name of this job that survives a requeue (``ClusterEnvironment.job_key``): recorded in
-            every checkpoint, and ``fit(ckpt_path=None)`` resumes from the newest checkpoint of this job.
+        cluster: the run's cluster environment. Its ``job_key()`` (a name of this job that survives a requeue) is
+            recorded in every checkpoint, and ``fit(ckpt_path=None)`` resumes from the newest checkpoint of this
+            job; its ``fallbacks(ckpt_path)`` may stand in for a damaged ``fit(ckpt_path=...)`` (Ray Train's older
+            reported checkpoints).
     """
 
     def __init__(self, accelerator: Accelerator, entry: TrainerEntry, before_save: Callable[[], None],
                  profiler: Profiler | None = None, log_dir: str | None = None, versions: str | None = None,
-                 job: str | None = None) -> None:
+                 cluster: ClusterEnvironment | None = None) -> None:
         self.accelerator = accelerator
-        self.job = entry.job = job
+        self.cluster = cluster
+        self.job = entry.job = cluster.job_key() if cluster is not None else None
         self.log_dir = log_dir
         self.versions = versions
         self.entry = entry
@@ -83,10 +87,14 @@ class Checkpointer:
     def resolve(self, ckpt_path: Any, entry: str, required: bool = False) -> Resume | None:
         """``ckpt_path`` of the trainer method ``entry`` as a ``Resume`` value (see ``trainer.checkpoint.resume``)."""
         found = self.checkpoint_callbacks
+        fallbacks: list[str] = []
+        if self.cluster is not None and entry == "fit" and isinstance(ckpt_path, (str, os.PathLike)) and \
+                os.fspath(ckpt_path) not in ("last", "best"):
+            fallbacks = self.cluster.fallbacks(os.fspath(ckpt_path))  # on every process: it may fetch them
         resume = resolve(self.accelerator, ckpt_path, entry, directories=self.directories(),
                          best_path=found[0].best_model_path if found else None,
                          has_checkpoint_callback=bool(found), required=required,
-                         job=self.job if entry == "fit" else None)
+                         job=self.job if entry == "fit" else None, fallbacks=fallbacks)
         self.ckpt_path = resume.folder if resume is not None else None
         return resume
 
@@ -138,9 +146,11 @@ class Checkpointer:
         else:
             self.run_at_boundary(lambda: self.write(path, async_save))
 
-    def write(self, path: str, async_save: bool = False) -> str:
+    def write(self, path: str, async_save: bool = False, local_parts: bool = False) -> str:
         """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
-        folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``)."""
+        folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``).
+        ``local_parts``: each process writes its own part into its own ``path`` (``save_state(local_parts=True)``:
+        no shared file system; Ray Train merges the parts)."""
         state = self.entry.state
         if state.batch_open:
             raise CheckpointError(
@@ -155,7 +165,8 @@ class Checkpointer:
             # (the next step zeroes them before its backward): leaving them out lets the checkpoint load on another
             # number of processes, as Lightning's does.
             spent = not self.accelerator.backend.saves_mid_accumulation
-            folder = self.accelerator.save_state(path, async_save=async_save, include_gradients=not spent)
+            folder = self.accelerator.save_state(path, async_save=async_save, include_gradients=not spent,
+                                                 local_parts=local_parts)
         self.saved_position = self.position()
         return folder
 

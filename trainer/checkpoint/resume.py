@@ -51,7 +51,7 @@ def newest(directories: list[str]) -> str | None:
 
 def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, entry: str, *,
             directories: list[str], best_path: str | None, has_checkpoint_callback: bool,
-            required: bool = False, job: str | None = None) -> Resume | None:
+            required: bool = False, job: str | None = None, fallbacks: list[str] | None = None) -> Resume | None:
     """What ``ckpt_path`` names, decided on process 0 and shared; ``None``: start fresh.
 
     Args:
@@ -63,6 +63,8 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
         required: no checkpoint found is an error (evaluation), not a fresh start (``fit``).
         job: the cluster job key (``ClusterEnvironment.job_key``): with ``ckpt_path=None``, the newest committed
             checkpoint this job wrote is resumed (a requeued job continues by itself); none: a fresh start.
+        fallbacks: older checkpoints the cluster keeps (``ClusterEnvironment.fallbacks``, newest first): an
+            explicit ``ckpt_path`` that is damaged or not committed falls back to those of its run, as "last" does.
     """
     if ckpt_path is None or ckpt_path == "hpc":  # "hpc": Lightning's name for a requeued SLURM job's checkpoint
         if job is None:
@@ -78,7 +80,8 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
     outcome: list[Any] = [None]
     if accelerator.is_main_process:
         try:
-            outcome[0] = ("ok", _find(os.fspath(ckpt_path), entry, directories, best_path, has_checkpoint_callback))
+            outcome[0] = ("ok", _find(os.fspath(ckpt_path), entry, directories, best_path, has_checkpoint_callback,
+                                      fallbacks or []))
         except (ValueError, FileNotFoundError, CheckpointError) as error:  # raised on every process alike
             outcome[0] = (type(error).__name__, str(error))
     if accelerator.num_processes > 1:
@@ -112,7 +115,7 @@ def _job_resume(accelerator: Accelerator, directories: list[str], job: str) -> R
 
 
 def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | None,
-          has_checkpoint_callback: bool) -> list[str]:
+          has_checkpoint_callback: bool, fallbacks: list[str]) -> list[str]:
     """The folder to load first, then (for ``"last"``) the older committed ones to fall back to."""
     if ckpt_path == "last":
         found = [path for _, path in reversed(folders.committed_checkpoints(*directories, auto_named=False))]
@@ -124,6 +127,10 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
                              "path or 'last'.")
         return [best_path]
     folder = os.path.abspath(ckpt_path)
+    if fallbacks:  # the cluster's older checkpoints of the same run may stand in for a damaged one
+        found = [path for path in (folder, *fallbacks) if folders.is_committed(path)]
+        if found:
+            return same_run(found, f"{entry}(ckpt_path={ckpt_path!r})")
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder ({folder}). Pass "
                                 "a folder written by trainer.save_checkpoint / ModelCheckpoint, 'last' for the "
@@ -147,7 +154,7 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
         check_module(folder, module, context)
         accelerator.load_state(folder)
 
-    if resume.ckpt_path == "last":
+    if resume.ckpt_path == "last" or len(resume.candidates) > 1:  # or a cluster's, with older ones to fall back to
         return folders.load_first_intact(
             load, resume.candidates, context=context, warn=accelerator.is_main_process,
             advice="To start a new run, pass ckpt_path=None (or move these folders out of the checkpoint "

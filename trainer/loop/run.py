@@ -56,9 +56,14 @@ def end_failed_process(accelerator: Accelerator, error: BaseException) -> None:
     once this process is gone. So the process group is destroyed and, unless the error was raised on every rank
     alike (a preemption, a non-finite loss), the process is ended with status 1 if it still runs
     ``EXIT_GRACE_S`` (5 s) later: time for the traceback to print and the exception to end the script as usual,
-    but not for a caught exception or a stuck shutdown to leave the other ranks waiting.
+    but not for a caught exception or a stuck shutdown to leave the other ranks waiting. A process group that
+    Ember adopted (made by Ray Train) is left to its owner, which ends the processes itself.
     """
     if accelerator.num_processes <= 1:
+        return
+    if accelerator.state.adopted_process_group:
+        # The group's owner (Ray Train's worker group) ends its processes on a failure and reports this error
+        # with its traceback; ending the process here would race it and leave only "the actor died".
         return
     if not isinstance(error, (Preempted, FloatingPointError)):
         print(f"[ember] rank {accelerator.process_index}: {type(error).__name__} in the trainer; this process ends "

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
+from trainer.plugins.environments import ClusterEnvironment
+
 DEFAULT_SIGNALS: tuple[int, ...] = (signal.SIGTERM,)
 DEFAULT_EXIT_CODE = 128 + signal.SIGTERM  # 143: what a process ended by SIGTERM reports
 
@@ -94,7 +96,13 @@ class PreemptionHandler:
 
     A signal that arrived but was not acted on inside the block (e.g. during the last epoch's end hooks) is
     re-raised on exit with the old handler in place, so it is never silently swallowed. Handlers can only be
-    installed from the main thread; elsewhere the block runs without them.
+    installed from the main thread; elsewhere (Ray Train runs the training function in a thread) the block runs
+    without them, and a cluster that announces preemptions otherwise is asked at each step boundary (``check``).
+
+    Args:
+        signals: the preemption signals (``Trainer(preemption_signals=...)``).
+        cluster: the run's cluster environment: its ``requeue_signals()`` are handled too, and its
+            ``preemption_notice()`` is asked by ``check``.
 
     Example:
         >>> import os
@@ -105,8 +113,10 @@ class PreemptionHandler:
         ('SIGUSR1', 'SIGUSR1')
     """
 
-    def __init__(self, signals: Iterable[int], requeue: Iterable[int] = ()) -> None:
-        self.requeue_signals = tuple(requeue)  # the cluster's "save and come back" signals (SLURM's SIGUSR1)
+    def __init__(self, signals: Iterable[int], cluster: ClusterEnvironment | None = None) -> None:
+        # The cluster's "save and come back" signals (SLURM's SIGUSR1).
+        self.requeue_signals = tuple(cluster.requeue_signals()) if cluster is not None else ()
+        self._notice = cluster.preemption_notice if cluster is not None else None
         self.signals = tuple(dict.fromkeys((*signals, *self.requeue_signals)))
         self.received: str | None = None
         self.requeue_asked = False  # a requeue signal arrived (the cluster environment requeues after the save)
@@ -118,6 +128,15 @@ class PreemptionHandler:
         self.received = signal.Signals(signum).name
         self.requeue_asked = self.requeue_asked or signum in self.requeue_signals
         self._pending = signum
+
+    def check(self) -> str | None:
+        """What preempted the run so far (a signal's name, or the cluster's notice), else None; asks the cluster
+        every time, even once something arrived, so every process makes the same number of calls (Ray's
+        ``get_preemption_info`` is a collective)."""
+        notice = self._notice() if self._notice is not None else None
+        if notice is not None and self.received is None:
+            self.received = notice
+        return self.received
 
     def consume(self) -> str | None:
         """The signal's name if one arrived (it is then handled by the caller, not re-raised on exit)."""

@@ -127,7 +127,7 @@ class StopController:
         if config.max_time is not None and not self.requested and self.update_time() >= config.max_time:
             self._local_interrupts.add("max_time")
             self.request(True)
-        if self.preemption.received is not None and "preempted" not in self._local_interrupts:
+        if self.preemption.check() is not None and "preempted" not in self._local_interrupts:
             self._local_interrupts.add("preempted")  # the handler only set a flag; act where everyone meets
             self.request(True)
         # Only a rank that asked can know a stop is pending in a single process; with several, ask everyone.

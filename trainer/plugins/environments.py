@@ -105,6 +105,22 @@ class ClusterEnvironment(ABC):
         """A name of this job that survives a requeue (``None``: no automatic resume)."""
         return None
 
+    def preemption_notice(self) -> str | None:
+        """Whether the cluster announced a preemption (not by a signal): a few words naming it, else None.
+
+        Called by the Trainer at every step boundary, on every process the same number of times (so an
+        implementation may run a collective, and should make most calls cheap); the answer must be the same on
+        every process. Default: never (the cluster signals instead).
+        """
+        return None
+
+    def fallbacks(self, ckpt_path: str) -> list[str]:
+        """Older checkpoints the cluster keeps of the run that wrote ``ckpt_path`` (local folders, newest first),
+        which ``fit(ckpt_path=...)`` may load instead when ``ckpt_path`` fails its checks (only those of the same
+        run: ``trainer.checkpoint.identity.same_run``). Called on every process; default: none.
+        """
+        return []
+
 
 def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
     value = environ.get(name, "")
