@@ -35,7 +35,7 @@ def _data() -> torch.utils.data.TensorDataset:
 
 
 def _lightning_loop(config: dict[str, Any]) -> None:
-    """Ray's Lightning guide, with Ember's imports; ``config`` says what goes wrong in the first attempt."""
+    """Ray's Lightning guide, with Ember's imports; ``config["faults"]`` says what goes wrong in which attempt."""
     import ray.train
     from torch.utils.data import DataLoader
 
@@ -67,17 +67,16 @@ def _lightning_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     out = config["out"]
-    first = not os.path.exists(os.path.join(out, f"pid{rank}"))  # the first attempt of this worker's rank
-    with open(os.path.join(out, f"pid{rank}"), "w") as handle:
-        handle.write(str(os.getpid()))
+    attempt = _attempt(out, rank)  # 0 for the first start of this rank, 1 after the first restart, ...
+    faults = config.get("faults", [])
+    fault, at = faults[attempt] if attempt < len(faults) else (None, None)
 
     class Faults(Callback):
-        """The first attempt's trouble, at (epoch, batch) ``config["at"]``."""
+        """This attempt's trouble (``config["faults"][attempt]``: a fault and its (epoch, batch))."""
 
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            if not first or (trainer.current_epoch, batch_idx) != tuple(config.get("at", ())):
+            if fault is None or (trainer.current_epoch, batch_idx) != tuple(at):
                 return
-            fault = config.get("fault")
             if fault in ("kill", "damage"):
                 # Ray Train v2 takes a reported checkpoint in when its controller next polls the workers: wait for
                 # that, so the fault comes after the hand-over (a kill before it loses the report, as it would).
@@ -115,7 +114,7 @@ def _lightning_loop(config: dict[str, Any]) -> None:
         return collective.broadcast_from_rank_zero(notice)
 
     environment = RayLightningEnvironment(preemption_check_every=1, preemption_info=preemption_info) \
-        if config.get("fault") == "preempt" else RayLightningEnvironment()
+        if ("preempt", (1, 0)) in [tuple(f) for f in faults] else RayLightningEnvironment()
     trainer = Trainer(max_epochs=EPOCHS, devices="auto", accelerator="auto", strategy=RayDDPStrategy(),
                       plugins=[environment], enable_progress_bar=False, seed=0, log_with=None,
                       callbacks=[RayTrainReportCallback(local_dir=os.path.join(out, f"node{rank}")), Faults()],
@@ -159,9 +158,7 @@ def _engine_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     out = config["out"]
-    first = not os.path.exists(os.path.join(out, f"pid{rank}"))
-    with open(os.path.join(out, f"pid{rank}"), "w") as handle:
-        handle.write(str(os.getpid()))
+    first = _attempt(out, rank) == 0
     set_seed(0)
     accelerator = Accelerator()
     model, optimizer, loader = accelerator.prepare(
@@ -192,6 +189,17 @@ def _engine_loop(config: dict[str, Any]) -> None:
         shutil.rmtree(part)
     if rank == 0:
         torch.save(accelerator.unwrap_model(model).state_dict(), os.path.join(out, "weights.pt"))
+
+
+def _attempt(out: str, rank: int) -> int:
+    """Count this rank's starts (its pid is appended to ``{out}/pids{rank}``; ``pid{rank}`` holds the newest)."""
+    with open(os.path.join(out, f"pids{rank}"), "a+") as handle:
+        handle.seek(0)
+        attempt = len(handle.read().split())
+        handle.write(f"{os.getpid()}\n")
+    with open(os.path.join(out, f"pid{rank}"), "w") as handle:
+        handle.write(str(os.getpid()))
+    return attempt
 
 
 def damage(path: str) -> None:
@@ -268,9 +276,15 @@ def engine_reference(cluster: None, tmp_path_factory: pytest.TempPathFactory) ->
     return _fit(_engine_loop, tmp_path_factory.mktemp("ray"), "engine-reference")
 
 
-def test_killed_worker_resumes_from_the_merged_checkpoint_bitwise(reference: tuple[Any, str], tmp_path: Any) -> None:
-    result, out = _fit(_lightning_loop, tmp_path, "killed", max_failures=1, fault="kill", at=(1, 1))
+def test_killed_worker_then_a_damaged_checkpoint_resume_bitwise(reference: tuple[Any, str], tmp_path: Any) -> None:
+    """Attempt 0: rank 1 is SIGKILLed from outside in epoch 1 (attempt 1 resumes from epoch 0's merged checkpoint,
+    step 2). Attempt 1: rank 0 flips a byte in the newest reported checkpoint (epoch 1's, step 4) and crashes;
+    attempt 2 finds it damaged and falls back to the previous one of the run (step 2)."""
+    faults = [("kill", (1, 1)), ("damage", (2, 0))]
+    result, out = _fit(_lightning_loop, tmp_path, "killed", max_failures=2, faults=faults)
     assert os.path.exists(os.path.join(out, "victim.killed"))  # the worker was killed, and the run went on
+    for rank in (0, 1):
+        assert _read(os.path.join(out, f"starts{rank}")).split() == ["0", "2", "2"]
     _assert_bitwise(out, reference[1])
     assert result.metrics == reference[0].metrics
     assert result.metrics["epoch"] == EPOCHS - 1 and result.metrics["step"] == EPOCHS * 2
@@ -280,16 +294,9 @@ def test_killed_worker_resumes_from_the_merged_checkpoint_bitwise(reference: tup
     assert not any(name == "manifest.json" for name in os.listdir(os.path.join(out, "node1")))  # parts removed
 
 
-def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(reference: tuple[Any, str], tmp_path: Any) -> None:
-    _, out = _fit(_lightning_loop, tmp_path, "damaged", max_failures=1, fault="damage", at=(2, 0))
-    for rank in (0, 1):  # the newest (epoch 1's, step 4) failed its checksums: epoch 0's (step 2) was loaded
-        assert _read(os.path.join(out, f"starts{rank}")).split() == ["0", "2"]
-    _assert_bitwise(out, reference[1])
-
-
 def test_preemption_notice_stops_at_one_agreed_step_with_a_checkpoint(reference: tuple[Any, str],
                                                                        tmp_path: Any) -> None:
-    result, out = _fit(_lightning_loop, tmp_path, "preempted", max_failures=1, fault="preempt", at=(1, 0))
+    result, out = _fit(_lightning_loop, tmp_path, "preempted", max_failures=1, faults=[("preempt", (1, 0))])
     stops = [json.loads(_read(os.path.join(out, f"stopped{rank}"))) for rank in (0, 1)]
     assert stops[0] == stops[1] == {"step": 3, "error": "Preempted"}  # epoch 1, batch 0 is the 3rd step
     reported = [metrics["step"] for _, metrics in result.best_checkpoints]
@@ -304,7 +311,7 @@ def test_raising_worker_ends_the_run_quickly_with_its_traceback(cluster: None, t
 
     start = time.monotonic()
     with pytest.raises(TrainingFailedError) as raised:
-        _fit(_lightning_loop, tmp_path, "raising", fault="raise", at=(0, 1))
+        _fit(_lightning_loop, tmp_path, "raising", faults=[("raise", (0, 1))])
     took = time.monotonic() - start
     text = str(raised.value)
     assert "ValueError: boom in rank 1" in text and "on_train_batch_end" in text, text
