@@ -7,8 +7,8 @@ Dropout, a shuffled loader, a ModelCheckpoint every ``EVERY`` optimizer steps (a
 ``fit(ckpt_path="last")``. Once per ``OUT_DIR`` (not again after a restart, nor in a node started again),
 ``--hold-at STEP`` makes rank ``--hold-rank`` write ``OUT_DIR/held`` (its pid) once it has trained STEP steps and
 stop there, so that the test can SIGKILL it mid-epoch (the other ranks wait in the step's collective);
-``--hold-in-save STEP`` does the same inside the checkpoint save of step STEP (from ``on_save_checkpoint``: the
-folder is being written, not committed). Rank 0 writes the final
+``--hold-in-save STEP`` does the same inside the checkpoint save of step STEP (a save-state pre-hook: the
+temporary folder exists, nothing is committed). Rank 0 writes the final
 weights to ``OUT_DIR/final.pt``; every rank appends ``<restart count> <world size>`` to ``OUT_DIR/starts_<rank>``.
 """
 
@@ -67,7 +67,8 @@ class Hold(Callback):
                            batch_idx: int) -> None:
         self._hold(trainer, self.at_step)
 
-    def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+    def inside_save(self, trainer: Trainer) -> None:
+        """Called by the engine inside ``save_state``, once the checkpoint's temporary folder exists."""
         self._hold(trainer, self.in_save)
 
 
@@ -82,10 +83,12 @@ def main() -> None:
     rank = os.environ.get("RANK", "0")
     with open(os.path.join(args.out_dir, f"starts_{rank}"), "a") as handle:
         handle.write(f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '-')} {os.environ.get('WORLD_SIZE', '1')}\n")
-    trainer = Trainer(num_nodes=args.num_nodes, max_epochs=EPOCHS, seed=0, deterministic=True, log_every_n_steps=1, enable_progress_bar=False,
-                      enable_model_summary=False, log_with="csv", project_dir=args.out_dir,
-                      callbacks=[ModelCheckpoint(every_n_train_steps=EVERY, save_last=True),
-                                 Hold(args.out_dir, args.hold_rank, args.hold_at, args.hold_in_save)])
+    hold = Hold(args.out_dir, args.hold_rank, args.hold_at, args.hold_in_save)
+    trainer = Trainer(num_nodes=args.num_nodes, max_epochs=EPOCHS, seed=0, deterministic=True, log_every_n_steps=1,
+                      enable_progress_bar=False, enable_model_summary=False, log_with="csv",
+                      project_dir=args.out_dir,
+                      callbacks=[ModelCheckpoint(every_n_train_steps=EVERY, save_last=True), hold])
+    trainer.accelerator.register_save_state_pre_hook(lambda models, weights, folder: hold.inside_save(trainer))
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(SAMPLES, 4, generator=generator)
     data = TensorDataset(x, x.sum(dim=1, keepdim=True))
