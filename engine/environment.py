@@ -122,6 +122,25 @@ def read_log_level(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 @dataclass(frozen=True)
+class ElasticInfo:
+    """What torchrun's elastic agent tells a worker about the attempt it belongs to (all unset elsewhere)."""
+
+    restart_count: int | None = None  # TORCHELASTIC_RESTART_COUNT: 0 for the first attempt, 1 after a restart...
+    max_restarts: int | None = None  # TORCHELASTIC_MAX_RESTARTS (--max-restarts)
+    agent_store: bool = False  # TORCHELASTIC_USE_AGENT_STORE=True: MASTER_ADDR:MASTER_PORT is the agent's store
+
+
+def read_elastic(environ: Mapping[str, str]) -> ElasticInfo:
+    """The ``TORCHELASTIC_*`` variables of a torchrun worker (torch writes the bool as ``"True"`` / ``"False"``)."""
+    def number(name: str) -> int | None:
+        value = environ.get(name, "").strip()
+        return int(value) if value.isdigit() else None
+
+    return ElasticInfo(number("TORCHELASTIC_RESTART_COUNT"), number("TORCHELASTIC_MAX_RESTARTS"),
+                       environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+
+
+@dataclass(frozen=True)
 class EngineEnvironment:
     """The engine's view of the environment variables, taken once.
 
@@ -154,6 +173,10 @@ class EngineEnvironment:
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
     # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.fp8 where Accelerate does).
     fp8: dict[str, str] = field(default_factory=dict)
+    elastic: ElasticInfo = field(default_factory=ElasticInfo)  # TORCHELASTIC_* (torchrun's attempt)
+    # EMBER_ALLOW_WORLD_SIZE_CHANGE: a Trainer may resume a checkpoint saved by another number of processes
+    # (no longer bitwise; refused by default).
+    allow_world_size_change: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineEnvironment:
@@ -181,6 +204,8 @@ class EngineEnvironment:
             use_parallelism_config=env.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true",
             cpu_bf16=env.get("EMBER_CPU_BF16"),
             fp8={k: v for k, v in env.items() if k.startswith("ACCELERATE_FP8_")},
+            elastic=read_elastic(env),
+            allow_world_size_change=_flag(env, "EMBER_ALLOW_WORLD_SIZE_CHANGE"),
         )
 
 
@@ -229,5 +254,5 @@ def describe(environ: Mapping[str, str] | None = None) -> list[str]:
             "Ember settings: " + (", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none")]
 
 
-__all__ = ["EngineEnvironment", "LaunchInfo", "describe", "read_fork_launched", "read_launch", "read_log_level",
-           "read_use_cpu", "write_rendezvous_variables"]
+__all__ = ["ElasticInfo", "EngineEnvironment", "LaunchInfo", "describe", "read_elastic", "read_fork_launched",
+           "read_launch", "read_log_level", "read_use_cpu", "write_rendezvous_variables"]

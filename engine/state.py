@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
+from engine.elastic_store import restart_scoped_store
 from engine.environment import EngineEnvironment, read_fork_launched, read_use_cpu, write_rendezvous_variables
 from engine.gradient_state import GradientState
 from engine.splitting import split_for_process
@@ -157,7 +158,13 @@ class PartialState:
             if use_cuda:
                 torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
             _import_dynamo_first()
-            dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
+            rendezvous: dict[str, Any] = {}
+            if kwargs.get("init_method") is None and kwargs.get("store") is None:  # the user's own rendezvous wins
+                # A torchrun restart must not read the previous attempt's addresses (engine/elastic_store.py).
+                store = restart_scoped_store(env, kwargs.get("timeout"))
+                if store is not None:
+                    rendezvous["store"] = store
+            dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size, **kwargs, **rendezvous)
             PartialState._made_group = id(dist.group.WORLD)
             world, rank = dist.get_world_size(), dist.get_rank()
         else:

@@ -22,7 +22,7 @@ from trainer import args as checks
 from trainer.build import build_accelerator, build_callbacks
 from trainer.checkpoint.checkpointer import Checkpointer
 from trainer.checkpoint.entry import Attached, TrainerEntry
-from trainer.checkpoint.resume import Resume, load_weights, restore
+from trainer.checkpoint.resume import Resume, load_weights
 from trainer.compat.attributes import with_lightning_attributes
 from trainer.compat.keywords import (
     accepts_model,
@@ -219,7 +219,7 @@ class Trainer:
         """Load the run ``resume`` names (the engine restores the trainer's entry too) and line up the loaders."""
         module = self.attached.module
         assert module is not None
-        folder = restore(self.accelerator, resume, "fit", module)
+        folder = self.checkpointer.restore(resume, module)
         self.plan.line_up_loaders(self.state)
         self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
         state = self.state
@@ -507,18 +507,18 @@ class Trainer:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
         module = lend_logging(self._attach(module, datamodule), self.callbacks)
         self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
-        state = self.state
-        state.fn, state.status = TrainerFn(stage), TrainerStatus.RUNNING
+        self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
         try:
-            with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers):
+            with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers,
+                           self.checkpointer.newest):
                 yield hooks
-            state.status = TrainerStatus.FINISHED
+            self.state.status = TrainerStatus.FINISHED
         except BaseException:
-            state.status = TrainerStatus.INTERRUPTED
+            self.state.status = TrainerStatus.INTERRUPTED
             raise
         finally:
             self._hooks = None  # drops the hook table's references to this trainer and the module
-            state.stage = "idle"
+            self.state.stage = "idle"
 
     def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
         if module is None:

@@ -53,17 +53,19 @@ def test_model_checkpoint_and_save_checkpoint_under_fsdp2_then_resume_on_another
     assert any(name.startswith("pytorch_model_fsdp_0/") for name in files)  # sharded, one file per rank
     assert saved[0]["step"] == 12 and saved[0]["state"]
 
-    # 2 -> 1: the sharded checkpoint loads into one process; the run was complete, so nothing more trains.
-    one = run_distributed(_fsdp_fit, 1, two, 3, os.path.join(two, "explicit"))[0]
+    # 2 -> 1: the sharded checkpoint loads into one process; the run was complete, so nothing more trains. A fit
+    # resume on another world size is refused unless asked for (trainer/checkpoint/world_size.py).
+    reshard = {"EMBER_ALLOW_WORLD_SIZE_CHANGE": "1"}
+    one = run_distributed(_fsdp_fit, 1, two, 3, os.path.join(two, "explicit"), env=reshard)[0]
     assert (one["step"], one["epoch"]) == (12, 3) and one["state"] == saved[0]["state"]
     # ... and continues training from it on one process.
-    longer = run_distributed(_fsdp_fit, 1, two, 4, os.path.join(two, "explicit"))[0]
+    longer = run_distributed(_fsdp_fit, 1, two, 4, os.path.join(two, "explicit"), env=reshard)[0]
     assert longer["step"] == 12 + 8 and longer["state"] != saved[0]["state"]
 
     # 1 -> 2.
     single = str(tmp_path / "one")
     saved_by_one = run_distributed(_fsdp_fit, 1, single, 2)[0]
-    both = run_distributed(_fsdp_fit, 2, single, 2, "last")
+    both = run_distributed(_fsdp_fit, 2, single, 2, "last", env=reshard)
     assert both[0]["step"] == saved_by_one["step"] and both[0]["state"] == saved_by_one["state"]
 
 

@@ -15,11 +15,14 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from callbacks import ModelCheckpoint
 from engine import Accelerator
 from engine.checkpoint_io import CheckpointError
+from engine.environment import EngineEnvironment
 from trainer.checkpoint.entry import TrainerEntry
-from trainer.checkpoint.resume import Resume, newest, resolve
+from trainer.checkpoint.resume import Resume, newest, resolve, restore
 from trainer.plugins.environments import ClusterEnvironment
 from trainer.profiling import Profiler, profile
 
@@ -57,6 +60,9 @@ class Checkpointer:
         self._queue: list[Callable[[], Any]] | None = None  # saves waiting for the next boundary, inside fit
         self.saved_position: tuple[int, int, int] | None = None  # where the newest checkpoint of this run stands
         self.ckpt_path: str | None = None  # the folder the last fit / validate / test / predict loaded (a record)
+        # EMBER_ALLOW_WORLD_SIZE_CHANGE, read when the Trainer is built: a fit may resume a checkpoint of another
+        # number of processes (trainer.checkpoint.world_size says why it is refused by default).
+        self.allow_world_size_change = EngineEnvironment.from_env().allow_world_size_change
         accelerator.register_for_checkpointing(entry)
 
     # -- where checkpoints go -----------------------------------------------------------------------------------
@@ -97,6 +103,11 @@ class Checkpointer:
                          job=self.job if entry == "fit" else None, fallbacks=fallbacks)
         self.ckpt_path = resume.folder if resume is not None else None
         return resume
+
+    def restore(self, resume: Resume, module: torch.nn.Module) -> str:
+        """Load the checkpoint ``resume`` names for ``fit`` (see ``trainer.checkpoint.resume.restore``); returns
+        the folder loaded."""
+        return restore(self.accelerator, resume, "fit", module, allow_world_size_change=self.allow_world_size_change)
 
     # -- the boundary queue -------------------------------------------------------------------------------------
     def run_at_boundary(self, fn: Callable[[], Any]) -> None:

@@ -21,6 +21,7 @@ from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
 from engine.checkpoint_state import read_model_weights
 from trainer.checkpoint.identity import check_module, of_job, same_run
+from trainer.checkpoint.world_size import check_world_size
 
 _ERRORS: dict[str, type[Exception]] = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
                                        "CheckpointError": CheckpointError,
@@ -141,17 +142,20 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
     return [folder]
 
 
-def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module) -> str:
+def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module, *,
+            allow_world_size_change: bool = False) -> str:
     """``accelerator.load_state`` the first candidate of ``resume`` that verifies; returns the folder loaded.
 
     Everything registered with the engine is restored by it, the trainer's own entry included. A damaged
     explicit path raises at once, saying what to do instead; a checkpoint of another model (other parameter
-    names or shapes than ``module``'s) raises before anything is loaded.
+    names or shapes than ``module``'s), or one saved by another number of processes (unless
+    ``allow_world_size_change``: ``trainer.checkpoint.world_size``), raises before anything is loaded.
     """
     context = f"{entry}(ckpt_path={resume.ckpt_path!r})"
 
     def load(folder: str) -> None:
         check_module(folder, module, context)
+        check_world_size(folder, accelerator.num_processes, allow_world_size_change, context)
         accelerator.load_state(folder)
 
     if resume.ckpt_path == "last" or len(resume.candidates) > 1:  # or a cluster's, with older ones to fall back to

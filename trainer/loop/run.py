@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -15,7 +15,7 @@ import torch
 from callbacks import Callback
 from engine import Accelerator
 from trainer.loop.hooks import HookTable, overrides
-from trainer.loop.signals import Preempted
+from trainer.loop.signals import Preempted, resume_hint
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
 from trainer.profiling import run_profiler
@@ -49,15 +49,16 @@ def check_module(module: Any) -> TrainModule:
     return module
 
 
-def end_failed_process(accelerator: Accelerator, error: BaseException) -> None:
+def end_failed_process(accelerator: Accelerator, error: BaseException, hint: str = "") -> None:
     """With several processes, make sure this one ends promptly after ``error``.
 
     Another rank may be waiting in a collective for this one (a step that raised here only), and it only fails
     once this process is gone. So the process group is destroyed and, unless the error was raised on every rank
     alike (a preemption, a non-finite loss), the process is ended with status 1 if it still runs
     ``EXIT_GRACE_S`` (5 s) later: time for the traceback to print and the exception to end the script as usual,
-    but not for a caught exception or a stuck shutdown to leave the other ranks waiting. A process group that
-    Ember adopted (made by Ray Train) is left to its owner, which ends the processes itself.
+    but not for a caught exception or a stuck shutdown to leave the other ranks waiting. ``hint`` ends the line
+    this rank prints (a failed ``fit``: where the run can resume from). A process group
+    that Ember adopted (made by Ray Train) is left to its owner, which ends the processes itself.
     """
     if accelerator.num_processes <= 1:
         return
@@ -67,7 +68,8 @@ def end_failed_process(accelerator: Accelerator, error: BaseException) -> None:
         return
     if not isinstance(error, (Preempted, FloatingPointError)):
         print(f"[ember] rank {accelerator.process_index}: {type(error).__name__} in the trainer; this process ends "
-              f"within {EXIT_GRACE_S:.0f} s so the other ranks do not wait for it.", file=sys.stderr, flush=True)
+              f"within {EXIT_GRACE_S:.0f} s so the other ranks do not wait for it{'; ' + hint if hint else '.'}",
+              file=sys.stderr, flush=True)
         timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(1,))
         timer.daemon = True
         timer.start()
@@ -89,16 +91,21 @@ def eval_sources(datamodule: Any, dataloaders: Any, last_datamodule: Any) -> tup
 
 @contextlib.contextmanager
 def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
-              trackers: TrackerLink) -> Iterator[None]:
+              trackers: TrackerLink, newest: Callable[[], str | None]) -> Iterator[None]:
     """Prepare data and call ``setup`` before a run, ``teardown`` after it; on a failure call ``on_exception``,
     finish the trackers and (several processes) make sure this process ends promptly. The hook table's profiler
-    is set up first (the setup hooks are timed too) and describes the run at its end."""
+    is set up first (the setup hooks are timed too) and describes the run at its end.
+
+    ``newest`` finds the checkpoint a ``fit(ckpt_path="last")`` would resume from: a fit that fails on several
+    processes names it, on every rank still able to print (the rank that was killed cannot; its peers fail in
+    their next collective). Under torchrun, once the restarts are spent, that line says where to go on from.
+    """
     with run_profiler(hooks.profiler, stage, accelerator):
-        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers)
+        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers, newest)
 
 
 def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
-              trackers: TrackerLink) -> Iterator[None]:
+              trackers: TrackerLink, newest: Callable[[], str | None]) -> Iterator[None]:
     try:
         if datamodule is not None:
             first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \
@@ -122,5 +129,15 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
             try:
                 trackers.finish()
             finally:
-                end_failed_process(accelerator, error)
+                end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))
         raise
+
+
+def _hint(stage: str, newest: Callable[[], str | None], processes: int) -> str:
+    """Where a failed ``fit`` can resume from ("" for other stages, and on one process: nothing is printed)."""
+    if stage != "fit" or processes <= 1:
+        return ""
+    try:
+        return resume_hint(newest())
+    except OSError:  # the checkpoint folder is unreadable: the failure being reported matters more
+        return ""
