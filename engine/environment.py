@@ -126,17 +126,13 @@ class ElasticInfo:
     """What torchrun's elastic agent tells a worker about the attempt it belongs to (all unset elsewhere)."""
 
     restart_count: int | None = None  # TORCHELASTIC_RESTART_COUNT: 0 for the first attempt, 1 after a restart...
-    max_restarts: int | None = None  # TORCHELASTIC_MAX_RESTARTS (--max-restarts)
     agent_store: bool = False  # TORCHELASTIC_USE_AGENT_STORE=True: MASTER_ADDR:MASTER_PORT is the agent's store
 
 
 def read_elastic(environ: Mapping[str, str]) -> ElasticInfo:
     """The ``TORCHELASTIC_*`` variables of a torchrun worker (torch writes the bool as ``"True"`` / ``"False"``)."""
-    def number(name: str) -> int | None:
-        value = environ.get(name, "").strip()
-        return int(value) if value.isdigit() else None
-
-    return ElasticInfo(number("TORCHELASTIC_RESTART_COUNT"), number("TORCHELASTIC_MAX_RESTARTS"),
+    count = environ.get("TORCHELASTIC_RESTART_COUNT", "").strip()
+    return ElasticInfo(int(count) if count.isdigit() else None,
                        environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
 
 

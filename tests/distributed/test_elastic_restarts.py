@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import torch
 
+from engine.elastic_store import restart_scoped_store
+from engine.environment import ElasticInfo, EngineEnvironment
 from tests.conftest import free_port
 from tests.process_tree import kill_all, wait_until_gone, worker_pids
 
@@ -257,3 +259,18 @@ def test_a_resume_on_another_world_size_is_refused_unless_asked_for(exhausted: t
     assert allowed.wait() == 0, allowed.output()
     assert f"Checkpoint {folder} was saved by 2 processes and is loaded by 1" in allowed.output()
     assert "Resumed from" in allowed.output() and (out / "final.pt").exists()
+
+
+# -- the pieces, without processes ------------------------------------------------------------------------------
+def test_a_torchrun_worker_on_the_agent_store_gets_a_store_scoped_to_its_restart() -> None:
+    env = EngineEnvironment.from_env({"RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "1",
+                                      "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert env.elastic == ElasticInfo(restart_count=1, agent_store=True)
+    # torch writes the flag as str(bool): "False" (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) and other launchers
+    # (no TORCHELASTIC_* at all) keep the default env:// rendezvous.
+    for environ in ({"TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}, {}):
+        assert restart_scoped_store(EngineEnvironment.from_env(environ), None) is None
+    with pytest.raises(ValueError, match="MASTER_ADDR=None / MASTER_PORT=None: torchrun sets all three"):
+        restart_scoped_store(env, None)
+    assert EngineEnvironment.from_env({"EMBER_ALLOW_WORLD_SIZE_CHANGE": "1"}).allow_world_size_change
+    assert not EngineEnvironment.from_env({}).allow_world_size_change
