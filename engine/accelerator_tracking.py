@@ -36,12 +36,14 @@ class TrackingMixin:
 
     def end_training(self) -> None:
         """Wait for an asynchronous checkpoint in flight, finish every tracker, then destroy the process group
-        (no collective may run after this)."""
+        (no collective may run after this). A group made by other code and adopted (Ray Train's, the user's own
+        ``init_process_group``) is left to its owner, unlike Accelerate: Ray's shutdown still needs it."""
         try:
             self.wait_for_checkpoint()  # type: ignore[attr-defined]
         finally:
             self._tracker_hub.finish()
-            self.state.destroy_process_group()  # type: ignore[attr-defined]
+            if not self.state.adopted_process_group:  # type: ignore[attr-defined]
+                self.state.destroy_process_group()  # type: ignore[attr-defined]
 
     def finish_trackers(self) -> None:
         """Finish every tracker but keep the process group (``end_training`` does both); safe to call twice."""

@@ -329,9 +329,10 @@ class PartialState:
             torch.cuda.set_device(self.device)
 
     def destroy_process_group(self, group: Any = None) -> None:
-        """Destroy the process group (a no-op for fork-launched runs and for an adopted default group when no group
-        is named: Ember destroys only the groups it created)."""
-        if group is None and (self.fork_launched or self.adopted_process_group):
+        """Destroy the process group (a no-op for fork-launched runs when no group is named). Called directly, it
+        destroys an adopted group too, as Accelerate's does; ``end_training``, the trainer's failure path and the
+        exit handler leave an adopted group to its owner (``adopted_process_group``)."""
+        if self.fork_launched and group is None:
             return
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
