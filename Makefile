@@ -22,8 +22,10 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/digits.py
 
+# Two pytest workers (pytest-xdist), each taking whole files (module fixtures such as the Ray cluster are shared
+# within a file): on 2 cores the one-process tests run side by side, and the multi-process ones overlap the rest.
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --doctest-modules tests engine trackers trainer callbacks
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadfile --doctest-modules tests engine trackers trainer callbacks
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

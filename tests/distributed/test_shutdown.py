@@ -97,24 +97,31 @@ THREADS_AT_EXIT = textwrap.dedent('''
 ''')
 
 
-def test_a_ddp_script_exits_with_its_save_written_and_its_process_groups_gone(tmp_path: Path) -> None:
+def _exit_threads(tmp_path: Path, source: str, timeout: float = 120) -> tuple[str, list[str]]:
+    """Run ``source`` on 2 processes under torchrun; returns its stderr and the ``[threads at exit]`` lines. The
+    launcher watch (engine.launcher_watch) is a daemon thread of its own, touching nothing of torch: off here, so
+    that the threads left are torch's."""
     script = tmp_path / "train.py"
-    script.write_text(THREADS_AT_EXIT)
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    # The launcher watch (engine.launcher_watch) is a daemon thread of its own, touching nothing of torch: off here,
-    # so that "only the main thread is left" can be asserted.
     env.update({"OMP_NUM_THREADS": "1", "RUN_DIR": str(tmp_path), "EMBER_WATCH_LAUNCHER": "0"})
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                              "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
-                            text=True, timeout=120, check=False)
+                            text=True, timeout=timeout, check=False)
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     assert "terminate called" not in result.stderr
     at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
+    assert len(at_exit) == 2, result.stderr[-3000:]
+    return result.stderr, at_exit
+
+
+def test_a_ddp_script_exits_with_its_save_written_and_its_process_groups_gone(tmp_path: Path) -> None:
+    stderr, at_exit = _exit_threads(tmp_path, THREADS_AT_EXIT)
     # The save in flight was finished, not dropped ("cannot schedule new futures after interpreter shutdown").
-    assert "failed" not in result.stderr and os.listdir(tmp_path / "state"), result.stderr[-3000:]
+    assert "failed" not in stderr and os.listdir(tmp_path / "state"), stderr[-3000:]
     # Only the main thread is left: the writer was joined, and the gloo threads of the default group and of the
     # writer's own group ended when Ember destroyed them, before interpreter shutdown.
-    assert sorted(at_exit) == [f"[threads at exit] rank {rank}: ['python']" for rank in (0, 1)], result.stderr[-3000:]
+    assert sorted(at_exit) == [f"[threads at exit] rank {rank}: ['python']" for rank in (0, 1)], stderr[-3000:]
 
 
 FSDP2_AT_EXIT = THREADS_AT_EXIT.split("import torch\n")[0] + textwrap.dedent('''
@@ -132,16 +139,7 @@ FSDP2_AT_EXIT = THREADS_AT_EXIT.split("import torch\n")[0] + textwrap.dedent('''
 
 
 def test_an_fsdp2_script_exits_with_its_process_groups_gone(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(FSDP2_AT_EXIT)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
-                            text=True, timeout=120, check=False)
-    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
-    assert len(at_exit) == 2, result.stderr[-3000:]
+    _, at_exit = _exit_threads(tmp_path, FSDP2_AT_EXIT)
     assert not [line for line in at_exit if "gloo" in line], at_exit
 
 
@@ -164,15 +162,5 @@ DEEPSPEED_AT_EXIT = THREADS_AT_EXIT.split("import torch\n")[0] + textwrap.dedent
 
 
 def test_a_deepspeed_script_exits_with_its_process_groups_gone(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(DEEPSPEED_AT_EXIT)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update({"OMP_NUM_THREADS": "1", "EMBER_WATCH_LAUNCHER": "0"})
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
-                            text=True, timeout=300, check=False)
-    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    assert "terminate called" not in result.stderr
-    at_exit = [line for line in result.stderr.splitlines() if line.startswith("[threads at exit]")]
-    assert len(at_exit) == 2, result.stderr[-3000:]
+    _, at_exit = _exit_threads(tmp_path, DEEPSPEED_AT_EXIT, timeout=300)
     assert not [line for line in at_exit if "gloo" in line], at_exit

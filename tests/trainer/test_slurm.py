@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from callbacks import Callback, ModelCheckpoint
+from callbacks import ModelCheckpoint
 from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.test_preemption import Signal  # sends a signal at one micro-step, as SLURM would
 from trainer import Trainer
 from trainer.loop.signals import Preempted
 from trainer.plugins.environments import (
@@ -23,17 +24,6 @@ from trainer.plugins.environments import (
     TorchElasticEnvironment,
     resolve_environment,
 )
-
-
-class Signal(Callback):
-    """Sends this process ``signum`` at the start of one micro-step (as SLURM would, from outside)."""
-
-    def __init__(self, at: int, signum: int = signal.SIGUSR1) -> None:
-        self.at, self.signum = at, signum
-
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.state.micro_step == self.at:
-            os.kill(os.getpid(), self.signum)
 
 
 @pytest.fixture
@@ -64,7 +54,7 @@ def _calls(root: Path) -> list[str]:
 
 def test_sigusr1_saves_requeues_and_the_requeued_job_resumes_by_itself(slurm: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    trainer = _trainer(slurm, callbacks=[Signal(at=5)])
+    trainer = _trainer(slurm, callbacks=[Signal(at=5, signum=signal.SIGUSR1)])
     assert isinstance(trainer.cluster_environment, SLURMEnvironment)  # detected, as Lightning does
     with pytest.raises(Preempted, match=r"Preempted by SIGUSR1 at epoch 1, batch 2, step 6: checkpoint saved; the "
                                         r"checkpoint is .*SLURM job 4242 requeued") as info:
@@ -115,13 +105,13 @@ def test_array_task_is_requeued_alone_and_no_scontrol_still_saves(slurm: Path, m
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "900")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     with pytest.raises(Preempted, match="SLURM job 900_3 requeued"):
-        _trainer(slurm, callbacks=[Signal(at=2)]).fit(Regressor(), data())
+        _trainer(slurm, callbacks=[Signal(at=2, signum=signal.SIGUSR1)]).fit(Regressor(), data())
     assert _calls(slurm) == ["requeue 900_3"]
 
     monkeypatch.setenv("PATH", "/nonexistent")  # a container without SLURM's tools
     with pytest.raises(Preempted, match=r"scontrol is not on PATH \(a container\?\), so SLURM job 900_3 was not "
                                         r"requeued: resubmit the job"):
-        _trainer(slurm / "container", callbacks=[Signal(at=2)]).fit(Regressor(), data())
+        _trainer(slurm / "container", callbacks=[Signal(at=2, signum=signal.SIGUSR1)]).fit(Regressor(), data())
     assert os.listdir(slurm / "container" / "run" / "checkpoints") == ["preempted"]
 
 
@@ -130,7 +120,7 @@ def test_a_failing_scontrol_is_reported(slurm: Path) -> None:
     scontrol.write_text("#!/bin/sh\necho 'Invalid job id specified' >&2\nexit 1\n")
     with pytest.raises(Preempted, match=r"`scontrol requeue 4242` failed with exit code 1 \(Invalid job id "
                                         r"specified\), so the job was not requeued"):
-        _trainer(slurm, callbacks=[Signal(at=2)]).fit(Regressor(), data())
+        _trainer(slurm, callbacks=[Signal(at=2, signum=signal.SIGUSR1)]).fit(Regressor(), data())
 
 
 def test_plugin_with_another_signal_and_auto_requeue_off(slurm: Path) -> None:
