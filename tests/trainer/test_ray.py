@@ -44,6 +44,7 @@ def _lightning_loop(config: dict[str, Any]) -> None:
     from trainer.integrations.ray import (
         CHECKPOINT_NAME,
         RayDDPStrategy,
+        RayFSDPStrategy,
         RayLightningEnvironment,
         RayTrainReportCallback,
         prepare_trainer,
@@ -85,6 +86,10 @@ def _lightning_loop(config: dict[str, Any]) -> None:
                 with open(os.path.join(out, "victim"), "w") as handle:
                     handle.write(str(os.getpid()))
                 time.sleep(60)  # the test kills this process from outside
+            if fault == "raise":  # what the strategy made of the module, then rank 1 raises
+                sharded = [type(p).__name__ for p in module.parameters()]
+                with open(os.path.join(out, f"params{rank}"), "w") as handle:
+                    json.dump({"step": trainer.global_step, "types": sharded}, handle)
             if fault == "raise" and rank == 1:
                 raise ValueError(f"boom in rank {rank} at step {trainer.global_step}")
             if fault == "damage" and rank == 0:
@@ -115,7 +120,8 @@ def _lightning_loop(config: dict[str, Any]) -> None:
 
     environment = RayLightningEnvironment(preemption_check_every=1, preemption_info=preemption_info) \
         if ("preempt", (1, 0)) in [tuple(f) for f in faults] else RayLightningEnvironment()
-    trainer = Trainer(max_epochs=EPOCHS, devices="auto", accelerator="auto", strategy=RayDDPStrategy(),
+    strategy = RayFSDPStrategy() if config.get("strategy") == "fsdp" else RayDDPStrategy()
+    trainer = Trainer(max_epochs=EPOCHS, devices="auto", accelerator="auto", strategy=strategy,
                       plugins=[environment], enable_progress_bar=False, seed=0, log_with=None,
                       callbacks=[RayTrainReportCallback(local_dir=os.path.join(out, f"node{rank}")), Faults()],
                       default_root_dir=os.path.join(out, "logs"), enable_model_summary=False)
@@ -311,12 +317,16 @@ def test_raising_worker_ends_the_run_quickly_with_its_traceback(cluster: None, t
 
     start = time.monotonic()
     with pytest.raises(TrainingFailedError) as raised:
-        _fit(_lightning_loop, tmp_path, "raising", faults=[("raise", (0, 1))])
+        # Under RayFSDPStrategy: FSDP2 shards over Ray's process group and steps before the raise.
+        _fit(_lightning_loop, tmp_path, "raising", faults=[("raise", (0, 1))], strategy="fsdp")
     took = time.monotonic() - start
     text = str(raised.value)
     assert "ValueError: boom in rank 1" in text and "on_train_batch_end" in text, text
     assert took < 60, took
     out = str(tmp_path / "raising-out")
+    for rank in (0, 1):  # FSDP2 had sharded the module over Ray's group (DTensor parameters) and stepped twice
+        params = json.loads(_read(os.path.join(out, f"params{rank}")))
+        assert params == {"step": 2, "types": ["DTensor", "DTensor"]}, params
     pids = [int(_read(os.path.join(out, f"pid{rank}"))) for rank in (0, 1)]
     deadline = time.monotonic() + 15
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
