@@ -510,7 +510,7 @@ class Trainer:
         self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers,
-                           self.checkpointer.newest):
+                           self.checkpointer.newest, self.cluster_environment):
                 yield hooks
             self.state.status = TrainerStatus.FINISHED
         except BaseException:

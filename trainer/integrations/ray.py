@@ -72,6 +72,8 @@ class RayLightningEnvironment(ClusterEnvironment):
             the same value on every worker, as Ray's does.
     """
 
+    ends_failed_processes = True  # Ray ends the worker group on a failure and reports the worker's traceback
+
     def __init__(self, preemption_check_every: int = 10,
                  preemption_info: Callable[[], Any] | None = None) -> None:
         if not isinstance(preemption_check_every, int) or preemption_check_every < 1:

@@ -18,6 +18,7 @@ from trainer.loop.hooks import HookTable, overrides
 from trainer.loop.signals import Preempted, resume_hint
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
+from trainer.plugins.environments import ClusterEnvironment
 from trainer.profiling import run_profiler
 
 EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
@@ -57,14 +58,11 @@ def end_failed_process(accelerator: Accelerator, error: BaseException, hint: str
     alike (a preemption, a non-finite loss), the process is ended with status 1 if it still runs
     ``EXIT_GRACE_S`` (5 s) later: time for the traceback to print and the exception to end the script as usual,
     but not for a caught exception or a stuck shutdown to leave the other ranks waiting. ``hint`` ends the line
-    this rank prints (a failed ``fit``: where the run can resume from). A process group
-    that Ember adopted (made by Ray Train) is left to its owner, which ends the processes itself.
+    this rank prints (a failed ``fit``: where the run can resume from). Not called under a cluster that ends
+    failed processes itself (Ray Train: ending the process here would race its error report and leave only "the
+    actor died"); a process group adopted from the user's own code is destroyed here too, so no peer waits.
     """
     if accelerator.num_processes <= 1:
-        return
-    if accelerator.state.adopted_process_group:
-        # The group's owner (Ray Train's worker group) ends its processes on a failure and reports this error
-        # with its traceback; ending the process here would race it and leave only "the actor died".
         return
     if not isinstance(error, (Preempted, FloatingPointError)):
         print(f"[ember] rank {accelerator.process_index}: {type(error).__name__} in the trainer; this process ends "
@@ -91,7 +89,8 @@ def eval_sources(datamodule: Any, dataloaders: Any, last_datamodule: Any) -> tup
 
 @contextlib.contextmanager
 def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
-              trackers: TrackerLink, newest: Callable[[], str | None]) -> Iterator[None]:
+              trackers: TrackerLink, newest: Callable[[], str | None],
+              cluster: ClusterEnvironment | None = None) -> Iterator[None]:
     """Prepare data and call ``setup`` before a run, ``teardown`` after it; on a failure call ``on_exception``,
     finish the trackers and (several processes) make sure this process ends promptly. The hook table's profiler
     is set up first (the setup hooks are timed too) and describes the run at its end.
@@ -99,13 +98,16 @@ def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
     ``newest`` finds the checkpoint a ``fit(ckpt_path="last")`` would resume from: a fit that fails on several
     processes names it, on every rank still able to print (the rank that was killed cannot; its peers fail in
     their next collective). Under torchrun, once the restarts are spent, that line says where to go on from.
+    ``cluster``: the run's cluster environment; one whose ``ends_failed_processes`` is True (Ray Train's) ends the
+    processes itself, so a failure leaves them and the process group to it.
     """
     with run_profiler(hooks.profiler, stage, accelerator):
-        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers, newest)
+        yield from _run_body(stage, hooks, module, datamodule, accelerator, trackers, newest,
+                             cluster is not None and cluster.ends_failed_processes)
 
 
 def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
-              trackers: TrackerLink, newest: Callable[[], str | None]) -> Iterator[None]:
+              trackers: TrackerLink, newest: Callable[[], str | None], owner_ends: bool) -> Iterator[None]:
     try:
         if datamodule is not None:
             first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \
@@ -129,7 +131,8 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
             try:
                 trackers.finish()
             finally:
-                end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))
+                if not owner_ends:
+                    end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))
         raise
 
 

@@ -92,6 +92,10 @@ class ClusterEnvironment(ABC):
     def teardown(self) -> None:
         """Called when the Trainer is done with the environment (default: nothing to release)."""
 
+    # Whether the cluster ends every process of a run when one fails, and reports the failure itself (Ray Train).
+    # False: the Trainer destroys the process group and ends a failed process within seconds, so no peer waits.
+    ends_failed_processes: bool = False
+
     def requeue_signals(self) -> tuple[int, ...]:
         """Signals after which the job should be saved and requeued (default: none)."""
         return ()
