@@ -3,7 +3,7 @@
 With torch 2.13, a DDP wrapper (or a Trainer in a reference cycle) that outlives the destroyed gloo group frees
 it during interpreter finalization and aborts the process ("terminate called without an active exception") in
 about one run in four. The engine releases its DDP wrappers' hold on the group when it is destroyed and collects
-unreachable objects before exit; without either, this test fails most of the time.
+unreachable objects before exit; without either, this test fails more often than not (three runs).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def test_end_training_then_exit_never_aborts(tmp_path: Path) -> None:
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    for attempt in range(6):
+    # Three runs: the threads-at-exit tests below check the cause directly (no gloo thread left at exit, on DDP,
+    # FSDP2 and DeepSpeed); this one checks the symptom, which struck about one exit in four before the fix.
+    for attempt in range(3):
         result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                                  "--master_port", str(free_port()), str(script)], env=env, capture_output=True,
                                 text=True, timeout=120, check=False)
