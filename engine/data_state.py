@@ -23,9 +23,11 @@ from engine.data_lookahead import as_saved
 from engine.data_workers import (
     DEFAULT_WORKER_TIMEOUT_S,
     LoaderWorkerTimeout,
+    StackTarget,
     WorkerStacks,
     is_worker_timeout,
     register_stack_dump,
+    starts_by_fork,
     timeout_error,
     worker_timeout_of,
 )
@@ -94,15 +96,15 @@ class _WorkerInit:
         self.seed = seed
         self.rank = rank
         self.epoch = 0  # set by the loader before it starts workers for an epoch
-        self.stack_dir: str | None = None  # likewise: where the workers write their stacks when asked
+        self.stacks: StackTarget | None = None  # likewise: where the workers write their stacks when asked
         self._stack_file: Any = None  # in a worker: the open file faulthandler writes to
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_stack_file": None}  # an open file does not pickle (spawn, forkserver)
 
     def __call__(self, worker_id: int) -> None:
-        if self.stack_dir is not None:
-            self._stack_file = register_stack_dump(self.stack_dir)
+        if self.stacks is not None:
+            self._stack_file = register_stack_dump(self.stacks, worker_id)
         _seed_process_rngs(derive_seed(self.seed, self.epoch, self.rank, worker_id, _WORKER_SALT))
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -384,7 +386,8 @@ class _PreparedLoader(DataLoader):
         self._iter_generator.manual_seed(derive_seed(self._seed, self.iteration, _LOADER_SALT))
         if isinstance(self.worker_init_fn, _WorkerInit):
             self.worker_init_fn.epoch = self.iteration
-            self.worker_init_fn.stack_dir = self._worker_stacks.start_pass(self.persistent_workers)
+            self.worker_init_fn.stacks = self._worker_stacks.start_pass(
+                self.persistent_workers, self.num_workers, starts_by_fork(self.multiprocessing_context))
             if not self._is_iterable:
                 self._control.seed_base = derive_seed(self._seed, self.iteration, seed_rank)
         self._batches_yielded = start

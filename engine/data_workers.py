@@ -15,19 +15,21 @@ stack instead of a silent wait.
 from __future__ import annotations
 
 import faulthandler
+import multiprocessing
 import os
 import shutil
 import signal
 import tempfile
 import time
 import weakref
-from typing import Any, TextIO
+from typing import IO, Any, NamedTuple, TextIO
 
 # A real-time signal: unlike SIGUSR1/SIGUSR2 (SLURM's and Lightning's preemption signals) nothing sends it to a
 # job's processes, and a worker that has not registered the handler yet is merely ended by it.
 STACK_SIGNAL = signal.SIGRTMIN + 6
 DEFAULT_WORKER_TIMEOUT_S = 600.0
 _DUMP_WAIT_S = 2.0  # how long a worker gets to write its stacks once asked
+_MAX_STACK_BYTES = 1 << 20
 
 
 class LoaderWorkerTimeout(RuntimeError):
@@ -55,61 +57,119 @@ def check_worker_timeout(value: Any) -> float | None:
 class WorkerStacks:
     """Where a loader's workers write their stacks when asked, and the collecting of them.
 
-    One folder per loader (created when workers first start, removed when the loader is collected); each worker
-    writes ``{pid}.stack`` there. A worker opens its file at start, so a stuck worker needs nothing but the
-    signal handler (faulthandler writes from the handler itself, without the GIL) to answer.
+    Each worker writes into a file it holds from its start, so a stuck worker needs nothing but the signal handler
+    (faulthandler writes from the handler itself, without the GIL) to answer. Where the workers are forked (Linux's
+    default start method), the files are unlinked temporary files the loader opens before the fork, one per worker
+    id, which the workers inherit: nothing is left on disk even when the process is SIGKILLed (a named folder per
+    loader left one behind for every killed run). A worker started by ``spawn`` or ``forkserver`` inherits no open
+    file; those open ``{pid}.stack`` in a folder of this loader, removed when the loader is collected.
     """
 
     def __init__(self) -> None:
+        self.files: list[IO[bytes]] = []
         self.directory: str | None = None
 
-    def start_pass(self, persistent: bool) -> str:
-        """The folder for this pass's workers; a new pass of non-persistent workers drops the last pass's files."""
+    def start_pass(self, persistent: bool, num_workers: int, forked: bool) -> StackTarget:
+        """Where this pass's workers write; a new pass of non-persistent workers drops the last pass's stacks."""
+        if forked:
+            if len(self.files) != num_workers:
+                self._close_files()
+                self.files = [tempfile.TemporaryFile() for _ in range(num_workers)]  # noqa: SIM115 - kept open
+                weakref.finalize(self, _close_all, list(self.files))
+            elif not persistent:
+                for handle in self.files:
+                    os.ftruncate(handle.fileno(), 0)
+            return StackTarget(descriptors=tuple(handle.fileno() for handle in self.files))
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="ember-loader-stacks-")
             weakref.finalize(self, shutil.rmtree, self.directory, True)
         elif not persistent:
             for name in os.listdir(self.directory):
                 os.remove(os.path.join(self.directory, name))
-        return self.directory
+        return StackTarget(directory=self.directory)
 
-    def collect(self, pids: list[int]) -> dict[int, str]:
-        """Ask each worker for its stacks and return what each wrote (or why there is nothing), by pid."""
-        if self.directory is None:
+    def _close_files(self) -> None:
+        _close_all(self.files)
+        self.files = []
+
+    def collect(self, workers: list[tuple[int, int]]) -> dict[int, str]:
+        """Ask each worker ``(worker id, pid)`` for its stacks and return what each wrote (or why there is
+        nothing), by pid."""
+        if not self.files and self.directory is None:
             return {}
-        for pid in pids:
+        for _, pid in workers:
             try:
                 os.kill(pid, STACK_SIGNAL)
             except ProcessLookupError:
                 pass
-        paths = {pid: os.path.join(self.directory, f"{pid}.stack") for pid in pids}
         deadline = time.monotonic() + _DUMP_WAIT_S
         written: dict[int, str] = {}
-        while time.monotonic() < deadline and len(written) < len(pids):
+        while time.monotonic() < deadline and len(written) < len(workers):
             time.sleep(0.1)
-            for pid, path in paths.items():
-                if pid not in written and os.path.exists(path) and os.path.getsize(path) > 0:
+            for worker_id, pid in workers:
+                if pid not in written and self._read(worker_id, pid):
                     time.sleep(0.1)  # the handler writes in pieces: let it finish
-                    with open(path, errors="replace") as handle:
-                        written[pid] = handle.read()
-        for pid in pids:
+                    written[pid] = self._read(worker_id, pid)
+        for _, pid in workers:
             written.setdefault(pid, "(no stack: the worker had not started its worker_init_fn, or is gone)\n")
         return written
 
+    def _read(self, worker_id: int, pid: int) -> str:
+        if self.files:
+            if worker_id >= len(self.files):
+                return ""
+            # pread: the worker's writes move the offset the two processes share, so read from 0 explicitly.
+            return os.pread(self.files[worker_id].fileno(), _MAX_STACK_BYTES, 0).decode(errors="replace")
+        assert self.directory is not None
+        path = os.path.join(self.directory, f"{pid}.stack")
+        try:
+            with open(path, errors="replace") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return ""
 
-def register_stack_dump(directory: str) -> TextIO:
-    """In a worker: write every thread's stack to ``{directory}/{pid}.stack`` when ``STACK_SIGNAL`` arrives.
 
-    Returns the open file, which the caller keeps (faulthandler writes to its descriptor)."""
-    handle = open(os.path.join(directory, f"{os.getpid()}.stack"), "w")  # noqa: SIM115 - open for the process's life
+class StackTarget(NamedTuple):
+    """Where the workers of one pass write their stacks: inherited descriptors by worker id, or a folder."""
+
+    descriptors: tuple[int, ...] = ()
+    directory: str | None = None
+
+
+def _close_all(handles: list[IO[bytes]]) -> None:
+    for handle in handles:
+        handle.close()
+
+
+def register_stack_dump(target: StackTarget, worker_id: int) -> TextIO | None:
+    """In a worker: write every thread's stack where ``target`` says when ``STACK_SIGNAL`` arrives.
+
+    Returns the file opened for it (a folder target), which the caller keeps: faulthandler writes to its
+    descriptor. An inherited descriptor needs no file object."""
+    if target.descriptors:
+        if worker_id < len(target.descriptors):
+            faulthandler.register(STACK_SIGNAL, file=target.descriptors[worker_id], all_threads=True, chain=False)
+        return None
+    assert target.directory is not None
+    handle = open(os.path.join(target.directory, f"{os.getpid()}.stack"), "w")  # noqa: SIM115 - for the process's life
     faulthandler.register(STACK_SIGNAL, file=handle, all_threads=True, chain=False)
     return handle
 
 
+def starts_by_fork(context: Any) -> bool:
+    """Whether a DataLoader with ``multiprocessing_context=context`` forks its workers."""
+    if context is None:
+        return multiprocessing.get_start_method() == "fork"
+    if isinstance(context, str):
+        return context == "fork"
+    return bool(context.get_start_method() == "fork")
+
+
 def timeout_error(stacks: WorkerStacks, iterator: Any, seconds: float, user_set: bool) -> LoaderWorkerTimeout:
     """The error a rank raises when no worker sent a batch within ``seconds``, with every worker's stack."""
-    workers = list(getattr(iterator, "_workers", []))
-    alive = [worker.pid for worker in workers if worker.is_alive() and worker.pid is not None]
+    workers = list(getattr(iterator, "_workers", []))  # DataLoader keeps them in worker-id order
+    alive = [(index, worker.pid) for index, worker in enumerate(workers)
+             if worker.is_alive() and worker.pid is not None]
     dumped = stacks.collect(alive)
     text = "".join(f"\n--- loader worker pid {pid} ---\n{stack}" for pid, stack in dumped.items())
     setting = ("the DataLoader's own timeout=... (set by you)" if user_set else

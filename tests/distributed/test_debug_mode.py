@@ -71,6 +71,7 @@ def _debug_checks() -> dict[str, Any]:
     mine = tempfile.mkdtemp(prefix=f"ember_rank{rank}_")
     out["save"] = _raised(lambda: accelerator.save_state(os.path.join(mine, "ckpt")))
     out["save_wrote"] = os.listdir(mine)
+    os.rmdir(mine)  # empty: the refused save wrote nothing
     return out
 
 

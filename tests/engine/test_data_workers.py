@@ -3,6 +3,11 @@ DataLoader timeout. The 2-process case (every rank ends) is tests/distributed/te
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -12,7 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from engine import DataLoaderConfiguration
 from engine.data_loader import prepare_data_loader
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout
+from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout, WorkerStacks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def never_returns() -> None:
@@ -71,3 +78,62 @@ def test_the_configured_limit_applies_when_the_dataloader_sets_none() -> None:
     _, seconds, message = _first_batches(loader)
     assert 1.0 <= seconds < 10
     assert "DataLoaderConfiguration(worker_timeout=...)" in message and "in never_returns" in message
+
+
+class StuckInWorkerOne(Dataset):
+    """Worker 0 reads batch 0 and answers; worker 1 reads batch 1 and never does (DataLoader's round robin)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index in (2, 3):
+            worker_one_is_stuck()
+        return torch.tensor([float(index)])
+
+
+def worker_one_is_stuck() -> None:
+    threading.Event().wait()
+
+
+def _stack_folders() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("ember-loader-stacks-")}
+
+
+def test_forked_workers_write_their_stacks_to_inherited_files_and_leave_nothing_on_disk() -> None:
+    before = _stack_folders()
+    loader = prepare_data_loader(DataLoader(StuckInWorkerOne(), batch_size=2, num_workers=2,
+                                            multiprocessing_context="fork"),
+                                 num_processes=1, process_index=0, worker_timeout=1.0)
+    _, _, message = _first_batches(loader)
+    assert _stack_folders() == before  # a SIGKILLed run cannot leave a folder behind: there is none
+    # Each worker's stack is under its own pid: worker 1 (the second pid) is the one in worker_one_is_stuck.
+    sections = message.split("--- loader worker pid ")[1:]
+    assert len(sections) == 2
+    assert "in worker_one_is_stuck" not in sections[0] and "in worker_one_is_stuck" in sections[1]
+
+
+def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_with_the_loader() -> None:
+    # spawn / forkserver workers inherit no open file: each opens {pid}.stack in the loader's folder. A plain
+    # subprocess stands in for such a worker (a spawned DataLoader worker takes longer to start than a test waits).
+    before = _stack_folders()
+    stacks = WorkerStacks()
+    target = stacks.start_pass(persistent=False, num_workers=1, forked=False)
+    assert target.directory is not None and not target.descriptors
+    code = ("import sys, threading; from engine.data_workers import StackTarget, register_stack_dump\n"
+            "def waiting_for_ever(): threading.Event().wait()\n"
+            "keep = register_stack_dump(StackTarget(directory=sys.argv[1]), 0)\n"
+            "print('ready', flush=True)\nwaiting_for_ever()\n")
+    worker = subprocess.Popen([sys.executable, "-c", code, target.directory], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        dumped = stacks.collect([(0, worker.pid)])
+    finally:
+        worker.kill()
+        worker.wait()
+    assert "in waiting_for_ever" in dumped[worker.pid]
+    assert len(_stack_folders() - before) == 1
+    del stacks
+    gc.collect()
+    assert _stack_folders() == before
