@@ -116,6 +116,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3,
                         help="epochs the resumed run trains (each starts fresh loader workers on every rank)")
     parser.add_argument("--out", default=None, help="where hang stacks and logs go (default: a temp folder)")
+    parser.add_argument("--sequence", choices=("once", "test"), default="once",
+                        help="once: kill at micro-batch 3, resume to the end; test: the suite's sequence "
+                             "(tests/distributed/test_trainer_resume.py): kill at 3, resume and kill at 9 "
+                             "(mid-epoch 1), resume and kill at the end of epoch 1, resume to the end")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="resume_hang_")
     os.makedirs(out, exist_ok=True)
@@ -132,7 +136,14 @@ def main() -> None:
             t0 = time.monotonic()
             epochs = ["--max-epochs", str(args.epochs)]
             first, _ = _launch(directory, ["--kill-at", "3", *epochs, *extra], args.timeout, log)
-            second, pids = _launch(directory, ["--ckpt-path", "last", *epochs, *extra], args.timeout, log)
+            second, pids = "ok", []
+            middle = ([["--kill-at", "9"], ["--kill-at-epoch-end", "1"]] if args.sequence == "test" else [])
+            for kill in middle:  # each must be killed at its point; a hang or failure ends the run
+                second, pids = _launch(directory, ["--ckpt-path", "last", *kill, *epochs, *extra], args.timeout, log)
+                if second != "killed":
+                    break
+            if second == "killed" or not middle:
+                second, pids = _launch(directory, ["--ckpt-path", "last", *epochs, *extra], args.timeout, log)
             if second == "hang":
                 hangs += 1
                 stacks = _stacks(pids)

@@ -9,6 +9,7 @@ saves the resolved config into the run folder and runs ``trainer.<subcommand>(..
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import os
@@ -39,8 +40,11 @@ SUBCOMMANDS: dict[str, set[str]] = {  # each Trainer method and the arguments th
 }
 # Trainer keywords whose defaults are sentinels: declared here with the values those sentinels stand for.
 _TRAINER_EXTRAS: dict[str, tuple[Any, Any, str]] = {
-    "log_with": (str | list[str] | None, "csv", ("trackers: 'csv', 'tensorboard', 'wandb', 'comet_ml', a list, "
-                 "'all' or null")),
+    # Not given: left out, so the Trainer's own default applies, as with Trainer() in a script (one rule for both).
+    "log_with": (str | list[str] | None, argparse.SUPPRESS,
+                 ("trackers: 'csv', 'tensorboard', 'wandb', 'comet_ml', a list, 'all' or null (none); not given: "
+                  "the Trainer's default logger (Lightning's: TensorBoard when installed, else CSV, in "
+                  "{project_dir}/lightning_logs/version_N)")),
     "project_dir": (str | None, "runs", "the run folder: checkpoints, tracker files and the saved config.yaml"),
     "preemption_signals": (list[str | int] | None, ["SIGTERM"], "signals that save a checkpoint and exit"),
 }

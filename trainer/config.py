@@ -89,7 +89,7 @@ class TrainerConfig:
     enable_progress_bar: bool | None = None
     enable_model_summary: bool | None = None
     callbacks: Sequence[Callback] | Callback | None = None
-    log_with: Any = UNSET  # tracker names or GeneralTracker objects; not given: "csv"
+    log_with: Any = UNSET  # tracker names or GeneralTracker objects; not given: Lightning's default logger
     project_dir: str | None = UNSET  # not given: "runs"
     project_name: str = "ember"
     seed: int | None = None

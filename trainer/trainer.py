@@ -22,6 +22,7 @@ from trainer import args as checks
 from trainer.build import build_accelerator, build_callbacks
 from trainer.checkpoint.checkpointer import Checkpointer
 from trainer.checkpoint.entry import Attached, TrainerEntry
+from trainer.checkpoint.eval_choice import evaluation_resume
 from trainer.checkpoint.resume import Resume, load_weights
 from trainer.compat.attributes import with_lightning_attributes
 from trainer.compat.keywords import (
@@ -85,7 +86,7 @@ class Trainer:
             newest epoch-end checkpoint kept); default True (False with ``barebones``).
         enable_progress_bar / enable_model_summary: add a ``ProgressBar`` / ``ModelSummary`` callback.
         callbacks: more ``Callback`` instances, called in this order.
-        log_with / project_dir / project_name: trackers (default ``"csv"``), their folder (``"runs"``), run name.
+        log_with / project_dir / project_name: trackers (not given: Lightning's default logger), their folder (``"runs"``), run name.
         seed / deterministic: ``engine.set_seed(seed)`` now (seed the model's construction by building the
             Trainer first), and ``torch.use_deterministic_algorithms``.
         detect_anomaly: run fit under ``torch.autograd.set_detect_anomaly`` (slow; names the op making a NaN).
@@ -457,7 +458,8 @@ class Trainer:
                  verbose: bool = True) -> list[dict[str, float]]:
         """Run the validation loop once; returns the epoch metrics, one dict per loader.
 
-        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint folder) loads the module's weights from it first.
+        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint) loads the module's weights from it first; None
+        without a module after ``fit``: ``"best"``, as in Lightning (``trainer/checkpoint/eval_choice.py``).
         """
         return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
 
@@ -474,7 +476,7 @@ class Trainer:
         """``predict_step`` over the loader(s); returns the per-batch predictions of every process, in dataset
         order, without the samples repeated to even out the last batch (a list per loader when there are several).
         """
-        resume = self.checkpointer.resolve(ckpt_path, "predict", required=True)
+        resume = evaluation_resume(self.checkpointer, "predict", ckpt_path, module, self.module, self.config)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run("predict", module, datamodule) as hooks:
             assert self.module is not None
@@ -488,7 +490,7 @@ class Trainer:
 
     def _evaluate_entry(self, kind: str, module: TrainModule | None, dataloaders: Any, datamodule: Any,
                         ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
-        resume = self.checkpointer.resolve(ckpt_path, kind, required=True)
+        resume = evaluation_resume(self.checkpointer, kind, ckpt_path, module, self.module, self.config)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run(kind, module, datamodule) as hooks:
             assert self.module is not None

@@ -195,3 +195,18 @@ def test_an_option_of_another_subcommand_says_so(tmp_path: Path) -> None:
             "--return_predictions", "true")
     assert "'return_predictions' is an option of predict only." in str(refused.value)
     assert "Did you mean" not in str(refused.value)
+
+
+def test_without_log_with_the_cli_logs_with_the_trainers_default_logger(tmp_path: Path) -> None:
+    # One rule for `ember fit` and Trainer(): log_with not given is left out, so the Trainer's default applies
+    # (Lightning's default logger), and the saved config.yaml does not pin it either.
+    config = base_config(tmp_path / "run")
+    del config["trainer"]["log_with"]
+    run = cli("fit", "--config", write(tmp_path / "cfg.yaml", config), "--trainer.max_epochs", "1")
+    from trainer import Trainer
+
+    default = Trainer(project_dir=str(tmp_path / "other"), enable_progress_bar=False)
+    assert type(run.trainer.logger) is type(default.logger)
+    assert type(run.trainer.logger).__name__ in ("TensorBoardLogger", "CSVLogger")
+    assert run.trainer.logger.log_dir.startswith(str(tmp_path / "run" / "lightning_logs" / "version_"))
+    assert "log_with" not in yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["trainer"]

@@ -164,13 +164,16 @@ class Numbers(DataModule):
         self.counter = state_dict["counter"]
 
 
-def test_datamodule_flow_and_fallbacks() -> None:
+def test_datamodule_flow_and_fallbacks(tmp_path: Any) -> None:
     dm = Numbers()
-    trainer = Trainer(**QUIET, max_epochs=1)
+    # Checkpointing on: a test() without a module loads the best checkpoint into the fitted module (Lightning's
+    # rule, tests/trainer/test_eval_after_fit.py).
+    trainer = Trainer(**{**QUIET, "enable_checkpointing": True}, project_dir=str(tmp_path), max_epochs=1)
     trainer.fit(Regressor(), dm)  # a data module in the loaders' place counts as datamodule=
     assert dm.calls == ["prepare_data", "setup:fit", "teardown:fit"] and dm.trainer is trainer
     assert trainer.global_step == 3
-    trainer.test(verbose=False)  # no module, no data: the fitted module and the last data module
+    with pytest.warns(UserWarning, match="The best model of the previous `fit` call will be used"):
+        trainer.test(verbose=False)  # no module, no data: the fitted module and the last data module
     assert dm.calls[-3:] == ["prepare_data", "setup:test", "teardown:test"]
     with pytest.raises(ValueError, match="Both train_dataloaders= and datamodule= were given"):
         trainer.fit(Regressor(), data(), datamodule=dm)

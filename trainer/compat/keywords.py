@@ -4,8 +4,8 @@
 ``LightningChoices`` it returns is all the Trainer keeps of them. Every keyword here works or fails at
 construction:
 
-- ``logger``: ``None`` (Ember's default trackers), ``True`` (Lightning's default logger: TensorBoard when
-  installed, else CSV, under ``default_root_dir``), ``False`` (no logging), a ``trainer.loggers.Logger``, an
+- ``logger``: ``None`` or ``True`` (Lightning's default logger: TensorBoard when installed, else CSV, under
+  ``default_root_dir``; ``None`` with ``log_with=...``: those trackers), ``False`` (no logging), a ``trainer.loggers.Logger``, an
   Ember ``GeneralTracker``, or a list of those. Loggers hand their tracker to the engine (one logging path).
 - ``default_root_dir``: Ember's ``project_dir``.
 - ``strategy`` / ``devices`` / ``num_nodes`` / ``accelerator``: see ``trainer.strategies`` and
