@@ -71,8 +71,8 @@ def keyword_error(owner: str, keyword: str, accepted: Iterable[str], docs: str |
 
     >>> str(keyword_error("EarlyStopping", "patiance", ["monitor", "patience", "mode"]))
     "EarlyStopping() got an unexpected keyword argument 'patiance'. Did you mean 'patience'?"
-    >>> str(keyword_error("Thing", "zzz", ["alpha", "beta"], docs="the README's 'Thing' section"))
-    "Thing() got an unexpected keyword argument 'zzz'. Accepted keywords: alpha, beta (see the README's 'Thing' section)."
+    >>> str(keyword_error("Thing", "zzz", ["alpha", "beta"], docs="the 'Thing' page"))
+    "Thing() got an unexpected keyword argument 'zzz'. Accepted keywords: alpha, beta (see the 'Thing' page)."
     """
     names = [name for name in accepted if not name.startswith("_")]
     suggestions = close_matches(keyword, names)

@@ -80,7 +80,7 @@ class ParallelismConfig:
         dp_replicate_size: whole replicas (DDP, or HSDP's replicate dimension with ``dp_shard_size > 1``).
         dp_shard_size: FSDP2 shards of every parameter.
         tp_size: tensor parallelism: each Linear's weight split over this many processes (``model.tp_plan``).
-        cp_size / cp_backend / cp_handler: context parallelism (refused by the Accelerator: see the README).
+        cp_size / cp_backend / cp_handler: context parallelism (refused by the Accelerator: see docs/guides/big-models.md).
         sp_size / sp_backend / sp_handler: DeepSpeed-Ulysses sequence parallelism (refused by the Accelerator).
         tp_handler: ``TorchTensorParallelConfig``.
 

@@ -91,7 +91,7 @@ def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
         if key in _TRANSFORMER_ENGINE:
             raise ValueError(f"Trainer({name}={value!r}) needs NVIDIA TransformerEngine, a GPU-only package Ember "
                              "does not use. Ember trains in fp8 through torchao: Trainer(precision='fp8') "
-                             '(pip install "ember-train[fp8]"); see "Big models" in the README.')
+                             '(pip install "ember-train[fp8]"); see the "Big models" guide (docs/guides/big-models.md).')
         if key not in _PRECISION:
             choices = sorted(set(_PRECISION) | (set(_TRUE_PRECISION) if name == "precision" else set()))
             raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of {choices}.")

@@ -95,7 +95,7 @@ class Trainer:
         preemption_signals / preemption_exit_code: save, finish and exit on these signals (``TrainerConfig``).
         strategy / devices / logger / default_root_dir / ...: Lightning's (``trainer.compat.keywords``).
 
-    Parts, one job each (the README's "Inside the Trainer" lists them): ``config``, ``plan``, ``stop``,
+    Parts, one job each (docs/guides/trainer.md, "Inside the Trainer"): ``config``, ``plan``, ``stop``,
     ``loss_check``, ``schedulers``, ``checkpointer``, ``evaluation``, ``trackers``, ``metric_logger``.
 
     Resuming: ``fit(..., ckpt_path="last")`` continues bitwise from the newest committed checkpoint, or starts

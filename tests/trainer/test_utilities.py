@@ -81,6 +81,7 @@ def test_attach_worker_init_only_when_requested() -> None:
     assert seed_module.attach_worker_init(loader, rank=0).worker_init_fn is None
     seed_everything(1, workers=True, verbose=False)
     assert seed_module.attach_worker_init(loader, rank=0).worker_init_fn.func is seed_module.worker_init_function
+    assert seed_module.pl_worker_init_function is seed_module.worker_init_function  # Lightning's name: imports only
     own = DataLoader(data, num_workers=1, worker_init_fn=print)
     assert seed_module.attach_worker_init(own, rank=0).worker_init_fn is print
 

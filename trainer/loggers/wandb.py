@@ -22,7 +22,7 @@ class WandbLogger(Logger):
         offline: ``mode="offline"`` (files for a later ``wandb sync``).
         anonymous: ``anonymous="allow"``.
         project: the project (default ``WANDB_PROJECT`` or ``"lightning_logs"``).
-        log_model / experiment / checkpoint_name: not supported (clear errors; see the README's differences).
+        log_model / experiment / checkpoint_name: not supported (clear errors; see docs/porting/lightning.md).
         prefix: not supported (a clear error).
         **kwargs: passed to ``wandb.init``.
 

@@ -100,6 +100,10 @@ def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
 
 
+# Lightning's name (lightning.fabric.utilities.seed.pl_worker_init_function), so a port changes only the import.
+pl_worker_init_function = worker_init_function
+
+
 def _seed_sequence(base_seed: int, worker_id: int, global_rank: int, count: int) -> list[int]:
     """MurmurHash3's finalizer over (seed, worker, rank), then a 64-bit LCG: Lightning's derivation, bit for bit."""
     mask = (1 << 64) - 1
