@@ -100,6 +100,7 @@ class EarlyStopping(Callback):
         self._fitting = False
         self._check_at_epoch_end = False
         self._warned_missing = False
+        self._restored_stop = False  # set by load_state_dict: the checkpoint was written after this stopped the run
 
     @property
     def state_key(self) -> str:
@@ -192,3 +193,16 @@ class EarlyStopping(Callback):
         # Checkpoints written before the reason was recorded have neither key: not stopped.
         self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+        self._restored_stop = self.stopping_reason is not EarlyStoppingReason.NOT_STOPPED
+
+    def on_fit_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
+        # A fit resumed from a checkpoint written after this callback stopped the run continues a finished run:
+        # the uninterrupted one ended there, so this one stops before its first batch too (Lightning trains on
+        # until the next check stops it again: one more epoch, a run that is no longer the one it resumed).
+        restored, self._restored_stop = self._restored_stop, False
+        if restored and self._fitting:
+            trainer.should_stop = True
+            if trainer.is_global_zero:
+                print(f"EarlyStopping stopped this run at epoch {self.stopped_epoch} ({self.stopping_reason_message}); "
+                      "the resumed fit has nothing to train. To train further anyway, resume without this "
+                      "EarlyStopping (or with one of another monitor or mode).")

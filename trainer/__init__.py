@@ -13,6 +13,7 @@ check_siblings("trainer", __file__)  # first: a user's own file that hides a pac
 from callbacks import Callback
 from trainer.datamodule import DataModule
 from trainer.hparams import AttributeDict
+from trainer.loop.signals import Interrupted, Preempted
 from trainer.module import TrainModule
 from trainer.optim import LightningOptimizer, SchedulerConfig
 from trainer.state import TrainState
@@ -23,6 +24,6 @@ from trainer.utilities.seed import seed_everything
 LightningModule = TrainModule
 LightningDataModule = DataModule
 
-__all__ = ["AttributeDict", "Callback", "DataModule", "LightningDataModule", "LightningModule", "LightningOptimizer",
-           "SchedulerConfig", "TrainModule", "TrainState", "Trainer", "Tuner",
+__all__ = ["AttributeDict", "Callback", "DataModule", "Interrupted", "LightningDataModule", "LightningModule",
+           "LightningOptimizer", "Preempted", "SchedulerConfig", "TrainModule", "TrainState", "Trainer", "Tuner",
            "seed_everything"]

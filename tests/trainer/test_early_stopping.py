@@ -76,3 +76,47 @@ def test_a_missing_monitor_names_the_logged_metrics() -> None:
 def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EarlyStopping(**kwargs)
+
+
+class FlatLoss(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("flat", 1.0)  # never improves: patience 1 stops after the second validation
+
+
+def _fit_last(tmp_path: Any, patience: int = 1, early_stopping: bool = True) -> tuple[Trainer, Regressor]:
+    from callbacks import ModelCheckpoint
+
+    callbacks: list[Any] = [ModelCheckpoint(save_last=True)]
+    if early_stopping:
+        callbacks.insert(0, EarlyStopping(monitor="flat", patience=patience))
+    trainer = Trainer(**{**QUIET, "enable_checkpointing": True}, project_dir=str(tmp_path), max_epochs=10,
+                      callbacks=callbacks)
+    module = FlatLoss()
+    trainer.fit(module, data(), data(n=8), ckpt_path="last")
+    return trainer, module
+
+
+def test_a_run_early_stopping_ended_resumes_as_finished(tmp_path: Any, capsys: pytest.CaptureFixture) -> None:
+    first, module = _fit_last(tmp_path)
+    assert (first.current_epoch, first.global_step) == (2, 8)
+    weights = [p.detach().clone() for p in module.parameters()]
+    capsys.readouterr()
+    again, resumed = _fit_last(tmp_path)
+    # The uninterrupted run ended at step 8: the resumed one trains nothing (Lightning: one more epoch, step 12).
+    assert (again.current_epoch, again.global_step) == (2, 8)
+    assert all(bool((a == b).all()) for a, b in zip(weights, resumed.parameters()))
+    out = capsys.readouterr().out
+    assert "EarlyStopping stopped this run at epoch 1" in out and "resume without this EarlyStopping" in out
+    # What the line says to do: without the callback, the run trains on to its own limits.
+    more, _ = _fit_last(tmp_path, early_stopping=False)
+    assert more.global_step == 40
+
+
+def test_a_callback_reused_for_a_second_fit_without_a_resume_checks_again(tmp_path: Any) -> None:
+    stop = EarlyStopping(monitor="flat", patience=1)
+    trainer = Trainer(**QUIET, max_epochs=10, callbacks=[stop])
+    trainer.fit(FlatLoss(), data(), data(n=8))
+    assert trainer.global_step == 8
+    trainer = Trainer(**QUIET, max_epochs=10, callbacks=[stop])  # its state says stopped, but nothing was restored
+    trainer.fit(FlatLoss(), data(), data(n=8))
+    assert trainer.global_step == 4  # one epoch: the carried-over wait count stops it at the first check, as Lightning
