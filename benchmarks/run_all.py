@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds, a 20 MB checkpoint: a smoke test")
     parser.add_argument("--checkpoint-mb", type=int, default=None, help="model size (default 100, --quick 20)")
+    parser.add_argument("--out", default=None,
+                        help="also write the header and tables to this markdown file (the docs' benchmarks page "
+                             "includes docs/snippets/benchmarks_overhead.md)")
     parser.add_argument("--rss-child", choices=COLUMNS, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=300, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -203,11 +206,33 @@ def main(argv: list[str] | None = None) -> None:
         _log(f"[{time.monotonic() - started:5.0f} s] {name} ...")
         rows += section()
     _log(f"[{time.monotonic() - started:5.0f} s] done")
-    print(f"Ember benchmarks: torch {torch.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPUs "
-          f"({platform.processor() or platform.machine()}); medians of interleaved rounds.\n")
-    print(table(rows))
-    print()
-    print(notes(size_mb))
+    report = (f"{measured_at()}: torch {torch.__version__}, Python {platform.python_version()}, {os.cpu_count()} "
+              f"CPUs ({cpu_name()}){', --quick' if quick else ''}; medians of interleaved rounds.\n\n"
+              f"{table(rows)}\n\n{notes(size_mb)}\n")
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report, encoding="utf-8")
+
+
+def measured_at() -> str:
+    """"Measured at commit abc1234 (+ local changes) on 2026-11-29": what the figures belong to."""
+    def git(*words: str) -> str:
+        return subprocess.run(["git", *words], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "(not a git checkout)"
+    dirty = " (+ local changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"Measured at commit {commit}{dirty} on {time.strftime('%Y-%m-%d', time.gmtime())} by `make bench`"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
