@@ -52,7 +52,6 @@ from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
 from trainer.states import TrainerFn, TrainerStatus
 from trainer.strategies.model_parallel import ModelParallelStrategy
-from trainer.tools.compiling import take_compiled
 from trainer.utilities.rank_zero import rank_zero_info
 
 
@@ -528,7 +527,7 @@ class Trainer:
             if module is None:
                 raise ValueError("No module given and none was fitted before: pass the module, e.g. "
                                  "trainer.validate(model, dataloaders).")
-        module, self.plan.compiler = take_compiled(module, self.config.compile, check_module)
+        module = self.plan.attach(module, self.config.compile, check_module)
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)

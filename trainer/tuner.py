@@ -203,12 +203,9 @@ class Tuner:
         module.trainer = self.trainer
         self.trainer.datamodule = datamodule
         plan = self.trainer.plan
-        if method == "fit":
-            plan.train_loader = resolve_loaders("train", None, datamodule, module)[0]
-            plan.val_loaders = resolve_loaders("val", None, datamodule, module)
-        else:
-            kind = "val" if method == "validate" else method
-            setattr(plan, f"{kind}_loaders", resolve_loaders(kind, None, datamodule, module))
+        kinds = ["train", "val"] if method == "fit" else ["val" if method == "validate" else method]
+        for kind in kinds:
+            plan.show_loaders(kind, resolve_loaders(kind, None, datamodule, module))
 
     def search_batch_size(self, module: TrainModule, datamodule: DataModule | None, method: str = "fit", *,
                           mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,

@@ -39,7 +39,7 @@ from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
-from trainer.tools.compiling import Compiler
+from trainer.tools.compiling import Compiler, take_compiled
 from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.seed import attach_worker_init, isolate_rng
 from trainer.utilities.tree import Shape, unflatten
@@ -90,6 +90,20 @@ class RunPlan:
         self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
 
     # -- fit ------------------------------------------------------------------------------------------------
+    def attach(self, module: Any, compile_options: dict[str, Any] | None, check: Callable[[Any], Any]) -> Any:
+        """The module a run trains or evaluates (``check``-ed, out of a ``torch.compile`` shell), keeping its step
+        compiler for this run (the shell's settings win over ``Trainer(compile=...)``'s ``compile_options``)."""
+        module, self.compiler = take_compiled(module, compile_options, check)
+        return module
+
+    def show_loaders(self, kind: str, loaders: list[DataLoader]) -> None:
+        """Make ``loaders`` the trainer's ``{kind}`` loaders (``"train"``, ``"val"``, ``"test"``, ``"predict"``)
+        without preparing them: what the tuner leaves behind, as Lightning's does (the next run prepares its own)."""
+        if kind == "train":
+            self.train_loader = loaders[0] if loaders else None
+        else:
+            setattr(self, f"{kind}_loaders", list(loaders))
+
     def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
                   train_dataloaders: Any, val_dataloaders: Any,
                   manual_hooks: tuple[Callable[[torch.optim.Optimizer], None], Callable[[], None]],

@@ -42,6 +42,11 @@ class SchedulerStepper:
         self.per_epoch = [c for c in configs if c.interval == "epoch" and not c.reduce_on_plateau]
         self.plateau_per_epoch = [c for c in configs if c.interval == "epoch" and c.reduce_on_plateau]
 
+    def pause(self) -> None:
+        """Step no scheduler for the rest of this fit: something else sets the learning rate (the learning-rate
+        finder's sweep, as Lightning swaps the schedulers out for it; a plateau scheduler waiting for a validation
+        metric would otherwise fail)."""
+        self.per_step, self.plateau_per_step, self.per_epoch, self.plateau_per_epoch = [], [], [], []
     def after_optimizer_step(self, global_step: int) -> None:
         if self.per_step:
             self._step(self.per_step, global_step)

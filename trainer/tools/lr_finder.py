@@ -22,7 +22,6 @@ import torch
 
 from callbacks import Callback
 from callbacks.protocols import TrainerView
-from trainer.loop.schedulers import SchedulerStepper
 from trainer.utilities.exceptions import MisconfigurationException
 
 MODES = ("exponential", "linear")
@@ -110,9 +109,7 @@ class LRSweep(Callback):
         if len(optimizers) != 1:
             raise MisconfigurationException(f"`model.configure_optimizers()` returned {len(optimizers)}, but learning "
                                             "rate finder only works with single optimizer")
-        # The sweep owns the learning rate: the module's schedulers do not step during the search (Lightning
-        # swaps them for its sweep), so a plateau scheduler waiting for a validation metric does not fail.
-        trainer.schedulers = SchedulerStepper([], lambda scheduler, metric: None, trainer.metric_logger)
+        trainer.schedulers.pause()  # the sweep owns the learning rate during the search
 
     def on_before_optimizer_step(self, trainer: TrainerView, pl_module: torch.nn.Module,
                                  optimizer: torch.optim.Optimizer) -> None:
