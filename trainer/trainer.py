@@ -51,7 +51,6 @@ from trainer.plugins.environments import check_environment
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
 from trainer.states import TrainerFn, TrainerStatus
-from trainer.strategies.model_parallel import ModelParallelStrategy
 from trainer.utilities.rank_zero import rank_zero_info
 
 
@@ -136,8 +135,7 @@ class Trainer:
         # log_with= asked for trackers (fast_dev_run starts none): trainer.loggers is then Lightning's DummyLogger.
         self._trackers_asked = lightning.log_with not in (UNSET, None, False, "", [], ())
         self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
-        if isinstance(self.strategy, ModelParallelStrategy):
-            self.strategy.setup(acc)  # the module's ("data_parallel", "tensor_parallel") mesh
+        self.strategy.setup(acc)  # e.g. ModelParallelStrategy: the module's ("data_parallel", "tensor_parallel") mesh
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)
@@ -531,7 +529,7 @@ class Trainer:
         if module is not self.module:
             self.callbacks = module_callbacks(module, self.callbacks)
         module._trainer_ref = weakref.ref(self)
-        module._device_mesh = self.strategy.module_mesh if isinstance(self.strategy, ModelParallelStrategy) else None
+        module._device_mesh = self.strategy.module_mesh
         if datamodule is not None:
             datamodule._trainer_ref = weakref.ref(self)
         self.module, self.datamodule = module, datamodule

@@ -38,7 +38,7 @@ from trainer.compat.launching import check_accelerator, launch_and_exit, parse_d
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.plugins.environments import ClusterEnvironment, resolve_environment
-from trainer.strategies import resolve_strategy
+from trainer.strategies import DDPStrategy, Strategy, resolve_strategy
 from trainer.utilities.rank_zero import rank_zero_info
 
 DEFAULT_PROJECT_DIR = "runs"  # the project folder when neither project_dir nor default_root_dir is given
@@ -55,8 +55,8 @@ class LightningChoices:
     project_dir: Any
     loggers: tuple[Logger, ...] = ()
     accelerator_kwargs: dict[str, Any] = field(default_factory=dict)
-    strategy_kind: str = "ddp"
-    strategy: Any = None  # trainer.strategy: the strategy object (a name became the object it stands for)
+    # trainer.strategy: the strategy object (a name became the object it stands for), resolved once.
+    strategy: Strategy = field(default_factory=DDPStrategy)
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
     cluster: ClusterEnvironment | None = None  # plugins=[...]'s environment, or SLURM's when detected
@@ -88,7 +88,7 @@ class LightningChoices:
     def launch_if_asked(self, precision: str | None) -> None:
         """With ``devices > 1`` in a plain process: run the script in that many workers and exit (never returns)."""
         if self.processes > 1:
-            launch_and_exit(self.processes, self.cpu, precision, self.strategy_kind == "fsdp")
+            launch_and_exit(self.processes, self.cpu, precision, self.strategy.kind == "fsdp")
 
 
 def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False,
@@ -160,10 +160,9 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     processes = processes_to_start(devices, config.num_nodes)
     if cluster is not None and devices is not None:
         cluster.validate_settings(devices, config.num_nodes)
-    kind, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes),
-                                                          config.num_nodes)
-    if kind == "model_parallel":
-        strategy.check_precision(config.precision)
+    _, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes),
+                                                       config.num_nodes)
+    strategy.check_precision(config.precision)
     if not config.use_distributed_sampler and max(_world_size(), processes) > 1:
         raise ValueError("Trainer(use_distributed_sampler=False) with several processes is not supported: Ember "
                          "always shards each loader across the processes (every sample seen once, promise 8). "
@@ -174,7 +173,7 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
                          "SyncBatchNorm runs on GPUs only. Leave sync_batchnorm=False on the CPU (each process then "
                          "normalises with its own batch statistics).")
     return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
-                            accelerator_kwargs=accelerator_kwargs, strategy_kind=kind, strategy=strategy,
+                            accelerator_kwargs=accelerator_kwargs, strategy=strategy,
                             processes=processes, cpu=cpu, cluster=cluster)
 
 

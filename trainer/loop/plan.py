@@ -39,6 +39,7 @@ from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
 from trainer.state import TrainState
+from trainer.strategies.base import Strategy
 from trainer.tools.compiling import Compiler, take_compiled
 from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.seed import attach_worker_init, isolate_rng
@@ -55,7 +56,7 @@ class RunPlan:
     sequence, or loader and model states would land on the wrong objects.
     """
 
-    def __init__(self, accelerator: Accelerator, strategy: Any = None) -> None:
+    def __init__(self, accelerator: Accelerator, strategy: Strategy | None = None) -> None:
         self.accelerator = accelerator
         self.strategy = strategy  # trainer.strategy (a ModelParallelStrategy's module splits itself)
         self.prepared: list[str] = []
@@ -345,14 +346,13 @@ class RunPlan:
     def _configure_model(self, module: TrainModule) -> None:
         """``module.configure_model()`` where it is overridden (where the strategy needs it, it must be)."""
         if not overrides(module, TrainModule, "configure_model"):
-            if getattr(self.strategy, "requires_configure_model", False):
+            if self.strategy is not None and self.strategy.requires_configure_model:
                 raise TypeError("When using the ModelParallelStrategy, you are required to override the "
                                 "`configure_model()` hook in the LightningModule and apply parallelization there.")
             return
         module.configure_model()
-        check = getattr(self.strategy, "check_parallelized", None)
-        if check is not None:
-            check(module)
+        if self.strategy is not None:
+            self.strategy.check_parallelized(module)
 
     # -- cadence ----------------------------------------------------------------------------------------------
     def val_in_epoch(self, config: TrainerConfig, epoch: int) -> bool:

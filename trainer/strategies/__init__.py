@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.strategies.base import Strategy
 from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.deepspeed import DeepSpeedStrategy
 from trainer.strategies.fsdp import FSDPStrategy
@@ -53,15 +54,12 @@ def resolve_strategy(strategy: Any, world_size: int = 1, num_nodes: int = 1) -> 
                              "DeepSpeedStrategy(...) for options.")
         if name in _DDP_NAMES and name != "ddp_find_unused_parameters_true":
             return "ddp", strategy, {}  # Ember's DDP as it is: no handler to add
-    if isinstance(strategy, ModelParallelStrategy):
-        return "model_parallel", strategy, strategy.accelerator_kwargs(world_size, num_nodes)
-    for kind, cls in (("ddp", DDPStrategy), ("fsdp", FSDPStrategy), ("deepspeed", DeepSpeedStrategy)):
-        if isinstance(strategy, cls):
-            return kind, strategy, strategy.accelerator_kwargs()
+    if isinstance(strategy, Strategy):
+        return strategy.kind, strategy, strategy.accelerator_kwargs(world_size, num_nodes)
     raise TypeError(f"Trainer(strategy=...) takes a name or a DDPStrategy / FSDPStrategy / DeepSpeedStrategy / "
                     f"ModelParallelStrategy from trainer.strategies. Received: {type(strategy).__name__} "
                     f"({strategy!r:.80}).")
 
 
 __all__ = ["DEEPSPEED_NAMES", "STRATEGY_NAMES", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy",
-           "ModelParallelStrategy", "resolve_strategy"]
+           "ModelParallelStrategy", "Strategy", "resolve_strategy"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from engine import DistributedDataParallelKwargs, InitProcessGroupKwargs
+from trainer.strategies.base import Strategy
 
 
 @dataclass
-class DDPStrategy:
+class DDPStrategy(Strategy):
     """Lightning's ``DDPStrategy`` options that Ember's DDP honours.
 
     Example:
@@ -25,8 +26,9 @@ class DDPStrategy:
     broadcast_buffers: bool = True
     process_group_backend: str | None = None
     timeout: timedelta | None = None
+    kind: ClassVar[str] = "ddp"
 
-    def accelerator_kwargs(self) -> dict[str, Any]:
+    def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
         handlers: list[Any] = [DistributedDataParallelKwargs(
             find_unused_parameters=self.find_unused_parameters, static_graph=self.static_graph,
             gradient_as_bucket_view=self.gradient_as_bucket_view, bucket_cap_mb=self.bucket_cap_mb,

@@ -14,8 +14,10 @@ import os
 from datetime import timedelta
 from typing import Any
 
+from trainer.strategies.base import Strategy
 
-class DeepSpeedStrategy:
+
+class DeepSpeedStrategy(Strategy):
     """Lightning's ``DeepSpeedStrategy`` (same keywords and defaults); the engine runs it on CPU (gloo) and GPU.
 
     The ZeRO keywords (``stage``, the offloads, bucket sizes...) make ``config`` unless ``config`` is given;
@@ -27,6 +29,8 @@ class DeepSpeedStrategy:
         >>> strategy.config["zero_optimization"]["stage"], strategy.config["zero_optimization"]["offload_optimizer"]
         (3, {'device': 'cpu', 'nvme_path': '/local_nvme', 'buffer_count': 4, 'pin_memory': False})
     """
+
+    kind = "deepspeed"
 
     def __init__(self, accelerator: Any = None, zero_optimization: bool = True, stage: int = 2,
                  remote_device: str | None = None, offload_optimizer: bool = False, offload_parameters: bool = False,
@@ -91,7 +95,7 @@ class DeepSpeedStrategy:
         if logging_batch_size_per_gpu != "auto":
             self.config = {"train_micro_batch_size_per_gpu": logging_batch_size_per_gpu, **self.config}
 
-    def accelerator_kwargs(self) -> dict[str, Any]:
+    def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
         """``Accelerator(deepspeed_plugin=..., kwargs_handlers=...)`` for this strategy; ``config`` becomes the
         plugin's live config."""
         from engine import DeepSpeedPlugin, InitProcessGroupKwargs

@@ -9,11 +9,12 @@ naming what to use, where there is none (``translate``); the plugin's own keywor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from engine import InitProcessGroupKwargs
+from trainer.strategies.base import Strategy
 
 # The plugin's keywords (engine.fsdp.FullyShardedDataParallelPlugin), accepted as they are.
 _PLUGIN = {"transformer_cls_names_to_wrap", "min_num_params", "reshard_after_forward", "cpu_offload",
@@ -35,7 +36,7 @@ _REFUSED = {
 
 
 @dataclass
-class FSDPStrategy:
+class FSDPStrategy(Strategy):
     """FSDP2 sharding (``torch.distributed.fsdp.fully_shard``) from Lightning's keywords or the plugin's.
 
     Lightning's ``auto_wrap_policy`` (a set of block classes), ``activation_checkpointing_policy`` (the same set),
@@ -53,11 +54,12 @@ class FSDPStrategy:
 
     plugin_kwargs: dict[str, Any] = field(default_factory=dict)
     process_group_kwargs: dict[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "fsdp"
 
     def __init__(self, **kwargs: Any) -> None:
         self.plugin_kwargs, self.process_group_kwargs = translate(kwargs)
 
-    def accelerator_kwargs(self) -> dict[str, Any]:
+    def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
         from engine.fsdp import FullyShardedDataParallelPlugin  # lazy: keeps `import trainer` cheap
 
         built: dict[str, Any] = {"fsdp_plugin": FullyShardedDataParallelPlugin(**self.plugin_kwargs)}

@@ -14,12 +14,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from trainer.strategies.base import Strategy
+
 _DEFAULT_TIMEOUT = timedelta(seconds=1800)
 _NAMES = ("data_parallel", "tensor_parallel")
 _PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")  # what Lightning allows with this strategy
 
 
-class ModelParallelStrategy:
+class ModelParallelStrategy(Strategy):
     """Lightning's ``ModelParallelStrategy`` (same keywords and defaults): a ``(data_parallel_size,
     tensor_parallel_size)`` mesh over the processes.
 
@@ -37,8 +39,8 @@ class ModelParallelStrategy:
         (2, 2)
     """
 
-    #: The module must split itself in ``configure_model`` (Lightning refuses a module without one).
-    requires_configure_model = True
+    kind = "model_parallel"
+    requires_configure_model = True  # Lightning refuses a module without configure_model here
 
     def __init__(self, data_parallel_size: str | int = "auto", tensor_parallel_size: str | int = "auto",
                  save_distributed_checkpoint: bool = True, process_group_backend: str | None = None,
