@@ -42,6 +42,16 @@ class GradientAccumulationScheduler(Callback):
                 factor = value
         return factor
 
+    def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
+        """Refuse a backend whose accumulation window is fixed when it sets up (DeepSpeed), with Lightning's words,
+        before that set-up (Lightning raises the same at ``on_train_start``, after DeepSpeed's engine is built)."""
+        backend = trainer.accelerator.backend
+        if stage == "fit" and backend.fixes_accumulation_at_setup:
+            raise RuntimeError("The `DeepSpeedStrategy` does not support `accumulate_grad_batches` changing between "
+                               "epochs. DeepSpeed's engine is built with one accumulation window: remove the GradientAccumulationScheduler and set "
+                               "Trainer(accumulate_grad_batches=N), or train with strategy='ddp' / 'fsdp' to change "
+                               f"the window by epoch ({self.scheduling}).")
+
     def on_train_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         """Lightning's checks before training: automatic optimisation, no Trainer(accumulate_grad_batches=...)
         beside the callback, a warning for overridden optimizer hooks (called per step, not per batch)."""

@@ -58,6 +58,9 @@ class Backend:
     allows_inference_mode: bool = True
     #: ``prepare`` builds the model, optimizer and scheduler together (``DeepSpeed.prepare``), not one by one.
     prepares_jointly: bool = False
+    #: The accumulation window is fixed when the backend sets up (DeepSpeed's engine is built with its
+    #: ``gradient_accumulation_steps``): a factor that changes during a run cannot be honoured.
+    fixes_accumulation_at_setup: bool = False
     #: ``backward`` divides each micro-step's loss by the accumulation steps itself (the caller must not).
     scales_loss: bool = False
 

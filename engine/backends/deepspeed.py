@@ -124,6 +124,7 @@ class DeepSpeed(Backend):
     allows_inference_mode = False  # ZeRO-3 gathers parameters in forward; they must stay trainable
     prepares_jointly = True  # model, optimizer and scheduler are given to deepspeed.initialize together
     scales_loss = True  # the engine divides each micro-step's loss by the accumulation steps itself
+    fixes_accumulation_at_setup = True  # deepspeed.initialize takes gradient_accumulation_steps once
 
     def __init__(self, state: AcceleratorState, plugin: DeepSpeedPlugin) -> None:
         super().__init__(state)
