@@ -2,8 +2,10 @@
 
 A module reaches its trainer only through these names (``self.log`` through ``log_value``, ``self.optimizers()``
 through ``module_optimizers``, ``manual_backward`` through ``backward``...), so ``trainer/module.py`` never
-imports the ``Trainer``: ``trainer.Trainer`` satisfies the protocol structurally. User code reads
-``self.trainer.<anything>`` as in Lightning; the protocol's ``__getattr__`` says so to type checkers.
+imports the ``Trainer``: ``trainer.Trainer`` satisfies the protocol structurally. The protocol has no catch-all:
+the module's own code asks only what is listed here. User code reads ``self.trainer.<anything>`` as in Lightning
+(``TrainModule.trainer`` is typed ``Any`` for that: the whole ``Trainer``, which ``trainer/module.py`` cannot name
+without an import circle).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from engine import Accelerator
+from trainer.config import TrainerConfig
 from trainer.metrics.logger import LogOptions
 
 
@@ -35,6 +38,10 @@ class ModuleHost(Protocol):
     def loggers(self) -> list[Any]: ...
     @property
     def lr_scheduler_configs(self) -> list[Any]: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def config(self) -> TrainerConfig: ...  # the run's settings (clipping: TrainModule.clip_gradients)
 
     def log_value(self, name: str, value: Any, options: LogOptions) -> None:
         """Record one ``self.log`` value."""
@@ -48,5 +55,3 @@ class ModuleHost(Protocol):
     def engine_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """The engine's backward of ``loss`` (``TrainModule.backward``'s default)."""
 
-    def __getattr__(self, name: str) -> Any:
-        """Every other ``Trainer`` attribute (``self.trainer.estimated_stepping_batches``...) for user code."""

@@ -80,7 +80,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     # -- the trainer it runs in -------------------------------------------------------------------------------
     @property
-    def trainer(self) -> ModuleHost:
+    def trainer(self) -> Any:  # the whole Trainer for user code; the module itself asks only ModuleHost's names
         """The ``Trainer`` running this module (raises when it is not attached to one)."""
         trainer = self._attached_trainer()
         if trainer is None:
@@ -88,6 +88,11 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                "inside trainer.fit / validate / test / predict (and after them, while the trainer "
                                "exists).")
         return trainer
+
+    def _host(self) -> ModuleHost:
+        """The attached trainer as the module's own code sees it (``trainer.host``); raises as ``self.trainer``."""
+        host: ModuleHost = self.trainer
+        return host
 
     @trainer.setter
     def trainer(self, trainer: ModuleHost | None) -> None:
@@ -117,7 +122,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     @property
     def accelerator(self) -> Accelerator:
         """The engine ``Accelerator`` of the trainer (for ``gather``, ``reduce``, ``print``, ...)."""
-        return self.trainer.accelerator
+        return self._host().accelerator
 
     @property
     def device(self) -> torch.device:
@@ -251,7 +256,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         if group is not None:
             raise ValueError("all_gather(group=...) is not supported: Ember gathers over every process. Gather a "
                              "subgroup with torch.distributed yourself.")
-        if self.trainer.accelerator.num_processes == 1:
+        if self._host().accelerator.num_processes == 1:
             return data
 
         def stack(tensor: torch.Tensor) -> torch.Tensor:
@@ -283,12 +288,12 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         Each is a ``torch.optim.Optimizer`` whose ``step`` / ``zero_grad`` respect gradient accumulation.
         """
         del use_pl_optimizer
-        optimizers = self.trainer.module_optimizers()
+        optimizers = self._host().module_optimizers()
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:
         """The schedulers from ``configure_optimizers`` (one, a list, or ``None``), for manual optimisation."""
-        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        schedulers = [config.scheduler for config in self._host().lr_scheduler_configs]
         if not schedulers:
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
@@ -299,7 +304,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             raise RuntimeError("manual_backward is for manual optimisation: set `self.automatic_optimization = "
                                "False` in __init__, or return the loss from training_step and let the trainer "
                                "run backward.")
-        self.trainer.backward(loss, *args, **kwargs)
+        self._host().backward(loss, *args, **kwargs)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """The backward of each training step (automatic optimisation) and of ``manual_backward``, called between
@@ -312,7 +317,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             ...     def backward(self, loss, *args, **kwargs):
             ...         loss.backward(retain_graph=True)  # fp16: call super().backward(loss, retain_graph=True)
         """
-        self.trainer.engine_backward(loss, *args, **kwargs)
+        self._host().engine_backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Freeze the parameters of the trainer's other optimizers (until ``untoggle_optimizer``), e.g. for GANs.
@@ -322,7 +327,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         """
         owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
         trainer = self._attached_trainer()
-        others = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
+        others = list(trainer.optimizers or []) if trainer is not None else []
         params = ([p for opt in others for group in opt.param_groups for p in group["params"]] if others
                   else list(self.parameters()))
         saved: dict[torch.Tensor, bool] = {}
@@ -347,7 +352,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         As Lightning: a value or algorithm not given is the trainer's (``Trainer(gradient_clip_val=...,
         gradient_clip_algorithm=...)``), and one given that differs from the trainer's is an error.
         """
-        config = getattr(self._attached_trainer(), "config", None)
+        trainer = self._attached_trainer()
+        config = trainer.config if trainer is not None else None
         if config is not None:
             gradient_clip_val, gradient_clip_algorithm = _clip_settings(config, gradient_clip_val,
                                                                         gradient_clip_algorithm)
