@@ -135,7 +135,7 @@ class Trainer:
         # log_with= asked for trackers (fast_dev_run starts none): trainer.loggers is then Lightning's DummyLogger.
         self._trackers_asked = lightning.log_with not in (UNSET, None, False, "", [], ())
         self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
-        self.strategy.setup(acc)  # e.g. ModelParallelStrategy: the module's ("data_parallel", "tensor_parallel") mesh
+        self.strategy.connect(self)  # sets it up: e.g. ModelParallelStrategy's ("data_parallel", "tensor_parallel") mesh
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)
@@ -332,7 +332,7 @@ class Trainer:
                 return outputs, None
             if self.loss_check.active:
                 self.loss_check.record(loss, batch_idx)
-            self.backward(loss)
+            self.strategy.backward(loss, None)  # Lightning's route (code and tests wrap Strategy.backward)
             if sync and self.profiler.records:
                 with self.profiler.profile("optimizer_step"):
                     self._optimizer_step(batch_idx, loss)

@@ -1,0 +1,60 @@
+"""``trainer.strategy``: Lightning's public strategy surface on every strategy object (trainer/strategies/base.py),
+answered by the connected Trainer; the Trainer's own backward goes through ``Strategy.backward``, which Lightning's
+code and tests wrap."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+
+from tests.conftest import run_distributed
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import Trainer
+from trainer.strategies import DDPStrategy, FSDPStrategy, Strategy
+
+
+@pytest.mark.parametrize("strategy", ["auto", "fsdp"])
+def test_every_strategy_answers_lightnings_surface_on_one_process(strategy: str) -> None:
+    trainer = Trainer(**QUIET, max_steps=2, strategy=strategy)
+    assert isinstance(trainer.strategy, DDPStrategy if strategy == "auto" else FSDPStrategy)
+    module = Regressor()
+    with mock.patch.object(Strategy, "backward", autospec=True, side_effect=Strategy.backward) as backward:
+        trainer.fit(module, data())
+    assert backward.call_count == 2  # one per training batch, as Lightning's loop calls it
+    s = trainer.strategy
+    assert s.root_device == torch.device("cpu") and s.lightning_module is module and s.model is not None
+    assert (s.global_rank, s.local_rank, s.node_rank, s.world_size, s.num_nodes, s.num_processes) == (0, 0, 0, 1, 1, 1)
+    assert s.is_global_zero and s.optimizers == trainer.optimizers
+    assert s.broadcast({"a": 1}) == {"a": 1} and s.reduce(torch.tensor(3.0)).item() == 3.0
+    assert s.all_gather(torch.ones(2)).shape == (2,) and s.reduce_boolean_decision(True)
+    s.barrier("here")
+
+
+def _two_processes() -> dict[str, Any]:
+    trainer = Trainer(**QUIET, max_steps=1)
+    trainer.fit(Regressor(), data())
+    s, rank = trainer.strategy, trainer.global_rank
+    return {"rank": s.global_rank, "world": s.world_size, "zero": s.is_global_zero,
+            "broadcast": s.broadcast(f"from {rank}", src=1),
+            "mean": s.reduce(torch.tensor(float(rank)), reduce_op="mean").item(),
+            "sum": s.reduce(torch.tensor(float(rank)), reduce_op="sum").item(),
+            "gathered": s.all_gather(torch.tensor([rank, 10 + rank])).tolist(),
+            "all": s.reduce_boolean_decision(rank == 0, all=True), "any": s.reduce_boolean_decision(rank == 0, all=False),
+            "plain": s.reduce("not a tensor")}
+
+
+def test_collectives_on_two_processes() -> None:
+    for rank, got in enumerate(run_distributed(_two_processes, 2)):
+        assert got["rank"] == rank and got["world"] == 2 and got["zero"] == (rank == 0)
+        assert got["broadcast"] == "from 1"
+        assert got["mean"] == 0.5 and got["sum"] == 1.0
+        assert got["gathered"] == [[0, 10], [1, 11]]  # stacked along a new first dimension, as Lightning
+        assert got["all"] is False and got["any"] is True and got["plain"] == "not a tensor"
+
+
+def test_a_strategy_not_connected_says_how_to_connect_it() -> None:
+    with pytest.raises(RuntimeError, match=r"not connected to a Trainer yet: pass it as Trainer\(strategy=...\)"):
+        _ = DDPStrategy().root_device
