@@ -34,7 +34,10 @@ def read_file(path: str, unpickle: bool) -> dict[str, Any]:
                               f"{sorted(checkpoint)[:8]}): pass a checkpoint written by Ember's or Lightning's Trainer.")
     entry = trainer_entry(checkpoint[EMBER_KEY].get("custom", [])) if is_ember(checkpoint) else None
     datamodule_state = (entry or {}).get("trainer", {}).get("datamodule")
+    weights_only = bool(checkpoint[EMBER_KEY].get("weights_only")) if is_ember(checkpoint) else (
+        "optimizer_states" not in checkpoint)
     return {"state_dict": checkpoint["state_dict"], "checkpoint": checkpoint, "datamodule_state": datamodule_state,
+            "weights_only": weights_only,
             "hyper_parameters": {"module": checkpoint.get("hyper_parameters") or {},
                                  "datamodule": checkpoint.get("datamodule_hyper_parameters") or {}}}
 
@@ -98,6 +101,9 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
     """What ``DataModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
     entry = read_file(os.fspath(path), unpickle) if os.path.isfile(path) else read_entry(path, unpickle)
+    if entry is not None and entry.get("weights_only"):
+        raise CheckpointError(f"{os.fspath(path)} is a weights-only checkpoint file: it holds no data module "
+                              "state. Load a checkpoint written by ModelCheckpoint or trainer.save_checkpoint(path).")
     if entry is None:
         raise CheckpointError(f"{os.fspath(path)} is a weights-only folder: it holds no data module "
                               "hyper-parameters. Load a checkpoint written by ModelCheckpoint or "
