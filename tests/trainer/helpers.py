@@ -136,11 +136,12 @@ def damage(path: str | os.PathLike[str], count: int = 16) -> str:
     target = os.fspath(path)
     if os.path.isdir(target):
         target = os.path.join(target, "model.safetensors")
-        raw = bytearray(open(target, "rb").read())
+    with open(target, "rb") as handle:
+        raw = bytearray(handle.read())
+    if os.path.basename(target) == "model.safetensors":
         for i in range(count):
             raw[-1 - i] ^= 0xFF
     else:
-        raw = bytearray(open(target, "rb").read())
         with zipfile.ZipFile(target) as archive:
             info = next(i for i in archive.infolist() if "/data/" in i.filename and i.file_size >= 4)
         name_length, extra_length = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
