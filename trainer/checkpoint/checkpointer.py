@@ -210,7 +210,9 @@ class Checkpointer:
             # them): elsewhere they are spent, and leaving them out keeps the checkpoint smaller (and loadable on
             # another number of processes, as Lightning's is).
             pending = self.mid_window()
-            if self.one_file and not async_save and not local_parts:
+            # An asynchronous save is the engine's (a folder, written in the background), unless a file already
+            # stands at ``path``: a folder is never written over a file, so that one is written as a file again.
+            if self.one_file and not local_parts and (not async_save or os.path.isfile(path)):
                 self._write_file(path, pending)
             else:
                 path = self.accelerator.save_state(path, async_save=async_save, include_gradients=pending,

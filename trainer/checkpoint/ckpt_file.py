@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import secrets
+import shutil
 import struct
 import zipfile
 from collections.abc import Iterable
@@ -23,7 +25,13 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import CorruptCheckpointError, UnsafeCheckpointError, atomic_write, save_torch
+from engine.checkpoint_io import (
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    atomic_write,
+    fsync_dir,
+    save_torch,
+)
 
 EMBER_KEY = "ember"  # Ember's own part of a .ckpt file (exact-resume state, identity, digests)
 FORMAT = "ember-ckpt"
@@ -81,12 +89,31 @@ def seal(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(path: str, checkpoint: dict[str, Any]) -> None:
-    """Seal ``checkpoint`` and write it to ``path`` atomically (replacing a previous file there only at the end)."""
+    """Seal ``checkpoint`` and write it to ``path`` atomically (replacing a previous file there only at the end).
+
+    A checkpoint folder at ``path`` (an asynchronous save's, or one from before checkpoints were files) is
+    replaced too: moved aside only once the new file is complete, deleted once it is in place.
+    """
     sealed = seal(checkpoint)
-    parent, name = os.path.split(os.path.abspath(path))
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
     clean_leftovers(parent, name)
-    atomic_write(path, lambda temp: save_torch(sealed, temp))
+    if not os.path.isdir(path) or os.path.islink(path):
+        atomic_write(path, lambda temp: save_torch(sealed, temp))
+        return
+    temp = os.path.join(parent, f".{name}{_TEMP_MARK}{secrets.token_hex(6)}")
+    try:
+        save_torch(sealed, temp)
+        aside = os.path.join(parent, f".{name}{_TEMP_MARK}replaced-{secrets.token_hex(6)}")
+        os.rename(path, aside)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+    fsync_dir(parent)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def clean_leftovers(parent: str, name: str) -> None:
@@ -98,8 +125,12 @@ def clean_leftovers(parent: str, name: str) -> None:
         return
     for entry in names:
         if entry.startswith(prefix):
+            leftover = os.path.join(parent, entry)
             try:
-                os.unlink(os.path.join(parent, entry))
+                if os.path.isdir(leftover):
+                    shutil.rmtree(leftover)
+                else:
+                    os.unlink(leftover)
             except OSError:
                 pass  # another process's write in progress, or already gone: the next save retries
 
