@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint_io import CheckpointError, UnsafeCheckpointError
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.ckpt_file import EMBER_KEY
 from trainer.checkpoint.lightning_format import is_ember
@@ -28,7 +28,9 @@ def file_created(path: str) -> float | None:
             if handle.read(2) != _ZIP_MAGIC:
                 return None
         checkpoint = ckpt_file.load(path, mmap=True)
-    except CheckpointError:  # damaged (or needs unpickling: not Ember's, whose files never do)
+    except UnsafeCheckpointError:  # needs unpickling: another tool's file (Ember's never do)
+        return None
+    except CheckpointError:  # damaged
         return os.path.getmtime(path)
     except OSError:
         return None
