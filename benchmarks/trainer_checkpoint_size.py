@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer import Trainer, TrainModule  # noqa: E402 - after the path above
+from trainer import Trainer, TrainModule  # after the path above
 
 
 class Wide(TrainModule):

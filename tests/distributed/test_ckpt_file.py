@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from tests.trainer.test_resume import Dropout, SaveAt, _trainer
 from tests.trainer.helpers import data
+from tests.trainer.test_resume import Dropout, SaveAt, _trainer
 
 
 def _fit(path: str, save_at: int | None, ckpt_path: str | None) -> dict[str, Any]:
