@@ -115,7 +115,7 @@ def test_a_damaged_file_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None
     shutil.copyfile(roundtrip.EMBER_CKPT, path)
     damage(path)
     with pytest.raises(CorruptCheckpointError, match=r"Checkpoint .*copy\.ckpt is corrupted: its 'state_dict' has "
-                                                     r"blake2b-128 \w+, the file's digest says \w+ .* Resume from "
+                                                     r"(xxh3|blake2b)-128 \w+, the file's digest says \w+ .* Resume from "
                                                      r"another checkpoint .* or restore the file from a copy"):
         roundtrip.Net.load_from_checkpoint(path)
     with pytest.raises(CorruptCheckpointError, match=r"fit\(ckpt_path='.*copy\.ckpt'\): .*corrupted.* Pass "
