@@ -458,7 +458,7 @@ class Trainer:
                  verbose: bool = True) -> list[dict[str, float]]:
         """Run the validation loop once; returns the epoch metrics, one dict per loader.
 
-        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint folder) loads the module's weights from it first.
+        ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint path) loads the module's weights from it first.
         """
         return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
 
@@ -544,7 +544,7 @@ class Trainer:
 
     def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None, *,
                         async_save: bool = False) -> None:
-        """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
+        """Save a complete checkpoint at ``filepath``: a ``.ckpt`` file (a folder on sharded backends), atomically.
 
         Inside ``fit`` it is written at the next boundary (a resume continues exactly), elsewhere at once.
         ``weights_only=True``: only the module's weights, for inference. ``async_save=True``: in the background
