@@ -74,3 +74,21 @@ def test_a_file_replaces_a_folder_at_its_path(tmp_path: Path) -> None:
     trainer.save_checkpoint(path)
     assert os.path.isfile(path) and os.listdir(tmp_path) == ["last.ckpt"]
     assert torch.load(path)["global_step"] == 4
+
+
+def test_save_last_link_points_at_the_newest_file_and_resumes(tmp_path: Path) -> None:
+    def run(max_epochs: int, ckpt_path: str | None = None) -> Trainer:
+        callback = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", monitor="step", mode="max", save_top_k=2,
+                                   save_last="link")
+        trainer = Trainer(**{**QUIET, "enable_checkpointing": True}, max_epochs=max_epochs, seed=0,
+                          callbacks=[callback])
+        trainer.fit(Regressor(), data(), ckpt_path=ckpt_path)
+        return trainer
+
+    run(3)
+    assert sorted(os.listdir(tmp_path)) == ["epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"]  # epoch=0 rotated out
+    assert os.path.islink(tmp_path / "last.ckpt") and os.readlink(tmp_path / "last.ckpt") == "epoch=2.ckpt"
+    assert torch.load(tmp_path / "last.ckpt")["epoch"] == 2  # through the link, a file torch.load reads
+    resumed = run(4, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.global_step == 16 and os.readlink(tmp_path / "last.ckpt") == "epoch=3.ckpt"
+    assert sorted(os.listdir(tmp_path)) == ["epoch=2.ckpt", "epoch=3.ckpt", "last.ckpt"]
