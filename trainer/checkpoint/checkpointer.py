@@ -184,8 +184,12 @@ class Checkpointer:
     @property
     def one_file(self) -> bool:
         """Whether checkpoints are one ``.ckpt`` file: where one process holds the whole state (one device, DDP),
-        as Lightning writes them. Sharded backends (FSDP2, DeepSpeed, tensor parallelism) write folders."""
-        return self.accelerator.backend.saves_mid_accumulation and self.accelerator.state.fsdp_plugin is None
+        as Lightning writes them. Sharded backends (FSDP2, DeepSpeed, tensor parallelism, DTensor parameters the
+        user made) write folders."""
+        if not self.accelerator.backend.saves_mid_accumulation or self.accelerator.state.fsdp_plugin is not None:
+            return False
+        module = self.entry.attached.module
+        return module is None or not any(hasattr(p, "device_mesh") for p in module.parameters())
 
     def write(self, path: str, async_save: bool = False, local_parts: bool = False) -> str:
         """Save a complete checkpoint into ``path`` now; returns it.
