@@ -187,7 +187,9 @@ def trial(backend: str, async_save: bool, point: str, counts: dict[int, dict[str
         return
     cell.trials += 1
     base = folder / "checkpoints"
-    cell.inside += base.is_dir() and any(name.startswith(TEMP_PREFIX) for name in os.listdir(base))
+    # A temporary folder (.tmp-...), or a .ckpt file's temporary sibling (.{name}.tmp-...).
+    cell.inside += base.is_dir() and any(name.startswith(TEMP_PREFIX) or (name.startswith(".") and ".tmp-" in name)
+                                         for name in os.listdir(base))
     problem = check_folder(folder)
     resumed = launch(backend, folder, *extra, "--ckpt-path", "last", timeout=timeout) if problem is None else None
     if resumed is not None:
