@@ -124,3 +124,14 @@ def test_a_damaged_file_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None
     path.write_bytes(path.read_bytes()[:-100])  # truncated: the file no longer loads at all
     with pytest.raises(CorruptCheckpointError, match=r"copy\.ckpt is corrupted: it does not load"):
         roundtrip.Net.load_from_checkpoint(path)
+
+
+def test_a_flipped_byte_in_the_files_structure_is_damage_not_a_pickled_object(tmp_path: Path) -> None:
+    path = tmp_path / "copy.ckpt"
+    raw = bytearray(Path(roundtrip.EMBER_CKPT).read_bytes())
+    start = raw.index(b"data.pkl") + 60  # inside the pickle stream: the file's structure
+    for i in range(start, start + 6):
+        raw[i] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match=r"copy\.ckpt is corrupted"):
+        roundtrip.Net.load_from_checkpoint(path)
