@@ -1,8 +1,8 @@
 """`ModelCheckpoint`: complete, atomic checkpoints through the engine, with Lightning's names and rotation.
 
-Every checkpoint is a folder written by ``trainer.save_checkpoint`` (``Accelerator.save_state``): complete or
-absent, safe to load, enough to resume exactly. Folders carry Lightning's file names (``epoch=3-step=120.ckpt``,
-``last.ckpt``), so code that lists or globs checkpoints finds them. Which folders exist is decided by this
+Every checkpoint is written by ``trainer.save_checkpoint``: one ``.ckpt`` file with Lightning's keys where one
+process holds the whole state, a folder of shards on sharded backends; complete or absent, safe to load, enough
+to resume exactly, under Lightning's names (``epoch=3-step=120.ckpt``, ``last.ckpt``). Which folders exist is decided by this
 callback's own state alone (the top k, the unranked ones, the last one), which is saved inside each checkpoint it
 writes, already including that checkpoint, so a resumed run continues the same rotation. A folder is deleted only
 after the checkpoint that replaces it is committed.
@@ -55,12 +55,12 @@ class ModelCheckpoint(Callback):
     """Save complete checkpoints during ``fit``: the best ``save_top_k`` by ``monitor``, and ``last.ckpt``.
 
     Args:
-        dirpath: where the checkpoint folders go (default ``{logger.log_dir}/checkpoints`` or
+        dirpath: where the checkpoints go (default ``{logger.log_dir}/checkpoints`` or
             ``{default_root_dir}/checkpoints``); ``~`` is expanded.
         filename: a name template over ``epoch``, ``step`` and logged metrics, e.g.
             ``"{epoch}-{val/acc:.3f}"`` (a ``{name}`` not preceded by ``name=`` gets it, unless
             ``auto_insert_metric_name=False``; a name not logged is 0; ``/`` becomes ``_``). A taken name gets
-            ``-v1``, ``-v2``... (``enable_version_counter``). Default ``"epoch={epoch}-step={step}"``; the folder
+            ``-v1``, ``-v2``... (``enable_version_counter``). Default ``"epoch={epoch}-step={step}"``; the
             name ends with ``FILE_EXTENSION`` (``.ckpt``).
         monitor / mode: the metric that ranks checkpoints (``"epoch"`` and ``"step"`` are always available) and
             whether lower (``"min"``) or higher (``"max"``) is better; ``None``: the newest are kept.
@@ -75,9 +75,10 @@ class ModelCheckpoint(Callback):
         save_on_train_epoch_end: save epoch checkpoints at the training epoch's end (``True``) or after
             validation (``False``); ``None`` decides as Lightning does.
         save_weights_only: save only the module's weights (loadable with ``Module.load_from_checkpoint``); such
-            folders cannot resume a run.
-        async_save: write in the background (``Accelerator.save_state(async_save=True)``: still committed
-            atomically, holding the state at the save); replaced checkpoints go once the new one is committed.
+            checkpoints cannot resume a run.
+        async_save: write in the background (``Accelerator.save_state(async_save=True)``: a checkpoint folder,
+            still committed atomically, holding the state at the save); replaced checkpoints go once the new one
+            is committed.
 
     Example:
         >>> checkpoint = ModelCheckpoint(dirpath="ckpt", filename="{epoch}-{step}-{val/acc:.3f}",
@@ -520,7 +521,10 @@ class ModelCheckpoint(Callback):
                 "best_model_path": relative(self.best_model_path, directory),
                 "last_model_path": relative(self.last_model_path, directory),
                 "current_score": score, "last_global_step_saved": self._last_global_step_saved,
-                "pending_removal": [relative(p, directory) for p in self._pending_removal]}
+                "pending_removal": [relative(p, directory) for p in self._pending_removal],
+                # Lightning's own keys, so Lightning's ModelCheckpoint reads this state from a .ckpt file.
+                "best_model_score": self.best_model_score, "kth_value": self.kth_value,
+                "kth_best_model_path": relative(self.kth_best_model_path, directory)}
 
     @staticmethod
     def best_path_in(state_dict: dict[str, Any], run_dir: str) -> str:

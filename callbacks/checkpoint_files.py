@@ -1,4 +1,4 @@
-"""What ``ModelCheckpoint`` does to checkpoint folders besides writing them: delete replaced ones, link
+"""What ``ModelCheckpoint`` does to checkpoints (files or folders) besides writing them: delete replaced ones, link
 ``last.ckpt``, and store their paths relative to the run folder (so a copied run folder stays self-contained)."""
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ def weights_only_folder(path: str) -> bool:
 def remove_checkpoints(trainer: TrainerView, paths: list[str]) -> None:
     """Delete replaced checkpoints, on the process that writes them, only once the new one is committed.
 
-    Never anything the callback did not write: a ``last.ckpt`` link (the link, not its target), a committed
-    checkpoint, or a weights-only folder.
+    Never anything the callback did not write: a ``last.ckpt`` link (the link, not its target), a ``.ckpt``
+    file, a committed checkpoint folder, or a weights-only folder.
     """
     config = trainer.accelerator.project_configuration
     writer = trainer.accelerator.is_local_main_process if config.save_on_each_node else trainer.is_global_zero
     if not writer:
         return
     for path in paths:
-        if os.path.islink(path):
+        if os.path.islink(path) or os.path.isfile(path):  # a .ckpt file goes in one step (unlink is atomic)
             os.unlink(path)
         elif folders.is_committed(path) or weights_only_folder(path):
             folders.remove_folder(path)
@@ -40,7 +40,7 @@ def link_checkpoint(trainer: TrainerView, target: str, link: str) -> None:
     """Make ``link`` a relative symbolic link to the checkpoint ``target`` (``save_last="link"``), replacing what
     was there; every process waits until process 0 made it."""
     if trainer.is_global_zero:
-        if os.path.islink(link):
+        if os.path.islink(link) or os.path.isfile(link):  # a link, or a full last.ckpt file written before
             os.unlink(link)
         elif os.path.isdir(link) and folders.is_committed(link):
             folders.remove_folder(link)  # a full last checkpoint written before any top-k one existed

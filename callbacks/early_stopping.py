@@ -181,7 +181,10 @@ class EarlyStopping(Callback):
         return True, message
 
     def state_dict(self) -> dict[str, Any]:
-        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
+        # best_score as a tensor, as Lightning keeps it (its EarlyStopping reads an Ember .ckpt's state); float64:
+        # the very value, so a resume compares as the run did.
+        best = torch.tensor(self.best_score, dtype=torch.float64)
+        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": best,
                 "patience": self.patience, "stopping_reason": self.stopping_reason.value,
                 "stopping_reason_message": self.stopping_reason_message}
 

@@ -22,6 +22,7 @@ from engine import checkpointing as folders
 from engine.backends.base import holds_shards
 from engine.checkpoint_async import AsyncCheckpointer
 from engine.checkpoint_io import (
+    CheckpointError,
     CorruptCheckpointError,
     atomic_write,
     save_safetensors,
@@ -36,6 +37,7 @@ from engine.checkpoint_state import (
     read_checkpoint,
     restore_gradients,
 )
+from engine.checkpoint_values import capture_values, to_loaded
 from engine.checksum import default_algorithm, hash_file
 from engine.config import ProjectConfiguration
 from engine.operations import broadcast_object_list, gather_object
@@ -260,6 +262,43 @@ class CheckpointingMixin:
             buffers.end()
         job.before_write = buffers.ready
         return snapshot
+
+    def state_values(self, *, include_gradients: bool = True) -> dict[str, Any] | None:
+        """What ``save_state`` would write, as values gathered on the main process (``None`` on the others).
+
+        For a caller that stores the checkpoint in one file of its own (``engine.checkpoint_values`` describes
+        the values); ``load_state_values`` restores them exactly. Every rank must call it. Raises
+        ``CheckpointError`` where the backend writes shards (no process holds the whole state).
+        """
+        custom, custom_error = self._capture_custom()  # as save_state: first, on every rank
+        rng_state = capture_rng_state()
+        self.wait_for_checkpoint()
+        error: BaseException | None = custom_error
+        values = None
+        try:
+            to_save = self.backend.models_to_save(self._models, self._optimizers, self.gradient_state.sync_gradients)
+            if error is None:
+                values = capture_values(
+                    step=self.step, rng_state=rng_state, rank=self.state.process_index,
+                    world_size=self.state.num_processes, main=self.state.is_main_process,
+                    distributed=self.state.use_distributed, models=self._models, dataloaders=self._dataloaders,
+                    to_save=to_save, schedulers=self._schedulers, scaler=self.scaler, custom=custom,
+                    gradients=include_gradients)
+        except Exception as err:  # noqa: BLE001 - shared with every rank below
+            error = err
+        failure = self._agree(error)
+        if failure is not None:
+            self._raise_agreed(failure, error)
+        return values
+
+    def load_state_values(self, values: dict[str, Any], source: str, *, strict: bool = True) -> None:
+        """Restore what ``state_values`` returned (read back on every rank); ``source`` names it in messages."""
+        self.wait_for_checkpoint()
+
+        def missing(what: str) -> None:
+            raise CheckpointError(f"{source} holds {what}.")
+
+        self._apply(to_loaded(values, source, self.state.process_index, len(self._custom_objects), missing), strict)
 
     def wait_for_checkpoint(self) -> str | None:
         """Block until the asynchronous save in flight (if any) is committed; returns its folder, or None.

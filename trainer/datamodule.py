@@ -68,7 +68,7 @@ class DataModule(DataHooks, HyperparametersMixin):
 
         Example::
 
-            dm = MNISTData.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", batch_size=256)
+            dm = MNISTData.load_from_checkpoint("runs/checkpoints/epoch=9-step=500.ckpt", batch_size=256)
         """
         del map_location
         return load_datamodule(cls, checkpoint_path, hparams_file, weights_only, kwargs)

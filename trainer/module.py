@@ -60,20 +60,22 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None,
                              hparams_file: str | os.PathLike[str] | None = None, strict: bool | None = None,
                              weights_only: bool | None = None, **kwargs: Any) -> Self:
-        """Rebuild the module from a checkpoint folder's saved hyper-parameters and load its weights.
+        """Rebuild the module from a checkpoint's saved hyper-parameters and load its weights.
 
         Args:
-            checkpoint_path: a checkpoint folder (``ModelCheckpoint``, ``trainer.save_checkpoint``).
+            checkpoint_path: a ``.ckpt`` file (``ModelCheckpoint``, ``trainer.save_checkpoint``, or Lightning's),
+                or a checkpoint folder (sharded backends, older runs).
             map_location: the device to move the module to (default: the CPU).
             hparams_file: a YAML file whose hyper-parameters replace the saved ones.
             strict: require the weights' keys to match the module's exactly (default True).
-            weights_only: ``False`` allows unpickling hyper-parameters that are not plain data (only for
-                checkpoints you trust); by default such a hyper-parameter must be passed again in ``kwargs``.
+            weights_only: ``False`` allows unpickling hyper-parameters that are not plain data, and Lightning
+                files that need unpickling (only for checkpoints you trust); by default such a hyper-parameter
+                must be passed again in ``kwargs``.
             **kwargs: hyper-parameters overriding the saved ones (e.g. a backbone left out of them).
 
         Example (``MyModel`` saved with ``self.save_hyperparameters()``)::
 
-            model = MyModel.load_from_checkpoint("runs/checkpoints/epoch=9-step=500", lr=1e-4)
+            model = MyModel.load_from_checkpoint("runs/checkpoints/epoch=9-step=500.ckpt", lr=1e-4)
             model.eval()
         """
         return load_module(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, kwargs)

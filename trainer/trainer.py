@@ -156,7 +156,7 @@ class Trainer:
         self.profiler = resolve_profiler(config.profiler)
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
         self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler, *lightning.checkpoint_dirs(acc),
-                                         cluster=cluster)
+                                         cluster=cluster, window=lambda: self.config.accumulate_grad_batches)
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
         self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes
@@ -176,18 +176,19 @@ class Trainer:
     # -- fit ----------------------------------------------------------------------------------------------------
     @accepts_model
     def fit(self, module: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            datamodule: DataModule | None = None, ckpt_path: str | None = None) -> None:
+            datamodule: DataModule | None = None, ckpt_path: str | None = None, weights_only: bool | None = None) -> None:
         """Train ``module`` on ``train_dataloaders`` (or ``datamodule``, or its own ``train_dataloader()``).
 
         ``ckpt_path``: ``"last"`` resumes from the newest committed checkpoint of the project (and starts fresh,
-        saying so, when there is none), a folder path resumes from that checkpoint; a path that does not exist
-        raises before anything runs. The resumed run continues exactly where the checkpoint was taken.
+        saying so, when there is none), a ``.ckpt`` (or an older checkpoint folder) resumes from it, exactly; a
+        Lightning ``.ckpt`` restores weights, optimizers, schedulers, epoch and step. A path that does not exist
+        raises before anything runs. ``weights_only=False``: unpickle a (trusted) file that needs it.
         """
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
         config = self.config
         check_trainable(module, config.accumulate_grad_batches, config.gradient_clip_val, config.on_nonfinite_loss)
-        resume = self.checkpointer.resolve(ckpt_path, "fit")
+        resume = self.checkpointer.resolve(ckpt_path, "fit", unpickle=weights_only is False)
         if config.max_epochs_defaulted and self.accelerator.is_main_process:
             # Lightning's category and text (a test may filter on either), then the other way to set a limit.
             warnings.warn(f"`max_epochs` was not set. Setting it to {checks.DEFAULT_MAX_EPOCHS} epochs. To train "
@@ -542,7 +543,7 @@ class Trainer:
 
     def save_checkpoint(self, filepath: str | Any, weights_only: bool = False, storage_options: Any = None, *,
                         async_save: bool = False) -> None:
-        """Save a complete checkpoint folder at ``filepath`` (replacing one saved there before, atomically).
+        """Save a complete checkpoint at ``filepath``: a ``.ckpt`` file (a folder on sharded backends), atomically.
 
         Inside ``fit`` it is written at the next boundary (a resume continues exactly), elsewhere at once.
         ``weights_only=True``: only the module's weights, for inference. ``async_save=True``: in the background

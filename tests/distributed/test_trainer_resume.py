@@ -157,7 +157,7 @@ def test_last_falls_back_only_within_its_run_on_two_processes(tmp_path: Any) -> 
     run_distributed(_fit_named, 2, project, "Regressor", 1, "a")  # run A: a-epoch=0 (2 steps per epoch here)
     run_distributed(_fit_named, 2, project, "Other", 2, "b")  # run B, same parameters: b-epoch=0, b-epoch=1
     run_distributed(_fit_named, 2, project, "Regressor", 2, "a", str(folders / "a-epoch=0.ckpt"))  # A: a-epoch=1
-    _flip(folders / "a-epoch=1.ckpt" / "model.safetensors")
+    _flip(folders / "a-epoch=1.ckpt")
     ranks = run_distributed(_fit_named, 2, project, "Regressor", 3, "a", "last")
     assert [r["step"] for r in ranks] == [6, 6]  # from a-epoch=0 (step 2), not B's b-epoch=1 (step 4)
     assert len(ranks[0]["warnings"]) == 1 and ranks[0]["warnings"][0].endswith(f"{folders / 'a-epoch=0.ckpt'}.")

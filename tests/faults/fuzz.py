@@ -4,7 +4,8 @@ For each backend (``tests/faults/job.py``: one process, DDP, FSDP2, DeepSpeed Ze
 2-D data x tensor parallelism; each also with async checkpoint saves) the job first runs uninterrupted. Then each
 trial picks a kill point (inside a checkpoint save, inside evaluation, between accumulation steps, at a training
 batch), a rank, which arrival at that point and a delay of a few milliseconds; runs the job with that kill; checks
-the checkpoint folder (every committed checkpoint verifies, nothing half-written is visible); resumes with
+the checkpoint folder (every committed checkpoint folder and .ckpt file verifies, nothing half-written is
+visible); resumes with
 ``ckpt_path="last"`` and compares the final weights with the uninterrupted run's, bit for bit. A trial fails when
 the resume falls back past a damaged checkpoint, ends with other weights, a launch hangs (stacks are printed), or
 a process of the killed run is still alive 10 s after its launcher returned (an orphan). It prints one table:
@@ -35,6 +36,7 @@ import torch
 
 from engine.checkpointing import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
 from tests.faults.job import BACKENDS, POINTS
+from trainer.checkpoint import ckpt_file
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("job.py")
@@ -138,6 +140,14 @@ def check_folder(folder: Path) -> str | None:
             verify_checksums(path, manifest)
         except Exception as error:  # noqa: BLE001 - any failure of the checks is the finding
             return f"{path}: {type(error).__name__}: {error}"
+    for name in sorted(os.listdir(base)):  # .ckpt files (one process, DDP): complete, verified, or absent
+        path = str(base / name)
+        if name.startswith(".") or not os.path.isfile(path):
+            continue  # a write in progress (hidden), or a folder checked above
+        try:
+            ckpt_file.read(path)
+        except Exception as error:  # noqa: BLE001 - any failure of the checks is the finding
+            return f"{path}: {type(error).__name__}: {error}"
     return None
 
 
@@ -177,7 +187,9 @@ def trial(backend: str, async_save: bool, point: str, counts: dict[int, dict[str
         return
     cell.trials += 1
     base = folder / "checkpoints"
-    cell.inside += base.is_dir() and any(name.startswith(TEMP_PREFIX) for name in os.listdir(base))
+    # A temporary folder (.tmp-...), or a .ckpt file's temporary sibling (.{name}.tmp-...).
+    cell.inside += base.is_dir() and any(name.startswith(TEMP_PREFIX) or (name.startswith(".") and ".tmp-" in name)
+                                         for name in os.listdir(base))
     problem = check_folder(folder)
     resumed = launch(backend, folder, *extra, "--ckpt-path", "last", timeout=timeout) if problem is None else None
     if resumed is not None:

@@ -174,6 +174,13 @@ def main() -> None:
         return real_save(*a, **k)
 
     trainer.accelerator.save_state = save_state  # type: ignore[method-assign]
+    real_values = trainer.accelerator.state_values  # a .ckpt file's save starts here (one process, DDP)
+
+    def state_values(*a: Any, **k: Any) -> Any:
+        fault.reached("save")
+        return real_values(*a, **k)
+
+    trainer.accelerator.state_values = state_values  # type: ignore[method-assign]
     data_parallel = {"dp2xtp2": 2, "tp": 1}.get(backend, BACKENDS[backend])
     train, val = datasets(data_parallel)
     # Model parallelism hands every tensor-parallel rank the same batch: the global batch is per data-parallel rank.

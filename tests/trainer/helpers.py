@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -123,3 +124,30 @@ def fit(module: TrainModule | None = None, loader: DataLoader | None = None, val
     trainer = Trainer(**{**QUIET, **trainer_kwargs})
     trainer.fit(module or Regressor(), loader if loader is not None else data(), val)
     return trainer
+
+
+def damage(path: str | os.PathLike[str], count: int = 16) -> str:
+    """Flip ``count`` bytes of a checkpoint's first tensor data, so the file still loads and only its checks tell:
+    in a ``.ckpt`` file, the bytes of the first tensor storage stored (the module's weights); in a checkpoint
+    folder, the last bytes of ``model.safetensors``. Returns the file changed."""
+    import struct
+    import zipfile
+
+    target = os.fspath(path)
+    if os.path.isdir(target):
+        target = os.path.join(target, "model.safetensors")
+    with open(target, "rb") as handle:
+        raw = bytearray(handle.read())
+    if os.path.basename(target) == "model.safetensors":
+        for i in range(count):
+            raw[-1 - i] ^= 0xFF
+    else:
+        with zipfile.ZipFile(target) as archive:
+            info = next(i for i in archive.infolist() if "/data/" in i.filename and i.file_size >= 4)
+        name_length, extra_length = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+        start = info.header_offset + 30 + name_length + extra_length
+        for i in range(min(count, info.file_size)):
+            raw[start + i] ^= 0xFF
+    with open(target, "wb") as handle:
+        handle.write(bytes(raw))
+    return target

@@ -19,19 +19,26 @@ from tests.trainer.helpers import QUIET, Regressor, data
 from tests.trainer.test_checkpoint import NOISY, _fit
 from tests.trainer.test_preemption import Signal
 from trainer import Trainer
+from trainer.checkpoint.checkpointer import Checkpointer
 
 
 @pytest.fixture
 def save_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """The ``async_save`` of every ``Accelerator.save_state`` call, in order."""
+    """The ``async_save`` of every checkpoint written, in order: each ``Accelerator.save_state`` call, and each
+    ``.ckpt`` file written (always synchronously: False)."""
     calls: list[bool] = []
-    real = Accelerator.save_state
+    real, real_file = Accelerator.save_state, Checkpointer._write_file
 
     def recording(self: Accelerator, *args: Any, async_save: bool = False, **kwargs: Any) -> str:
         calls.append(async_save)
         return real(self, *args, async_save=async_save, **kwargs)
 
+    def recording_file(self: Checkpointer, *args: Any, **kwargs: Any) -> None:
+        calls.append(False)
+        real_file(self, *args, **kwargs)
+
     monkeypatch.setattr(Accelerator, "save_state", recording)
+    monkeypatch.setattr(Checkpointer, "_write_file", recording_file)
     return calls
 
 

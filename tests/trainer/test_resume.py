@@ -134,7 +134,9 @@ def test_mid_accumulation_checkpoint_resumes_exactly(tmp_path: Any) -> None:
     _, full = run()
     path = str(tmp_path / "mid")
     run(callbacks=[SaveAt(path, 3)])  # after batch 3 of 6: mid-window
-    assert any(name.startswith("gradients_") for name in os.listdir(path))  # the pending half-window's gradients
+    assert torch.load(path)["ember"]["ranks"][0]["gradients"]  # the pending half-window's gradients
+    run(callbacks=[SaveAt(str(tmp_path / "closed"), 4)])  # after batch 4: the window closed, its gradients spent
+    assert torch.load(str(tmp_path / "closed"))["ember"]["ranks"][0]["gradients"] == {}
     trainer, resumed = run(ckpt_path=path)
     for a, b in zip(full.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
@@ -189,7 +191,9 @@ def test_checkpoint_contents_load_without_unpickling_and_hooks_round_trip(tmp_pa
     trainer.fit(Extras(), data())
     path = str(tmp_path / "ckpt")
     trainer.save_checkpoint(path)
-    entry = torch.load(os.path.join(path, "custom_checkpoint_0.pkl"), weights_only=True)
+    checkpoint = torch.load(path)  # torch's defaults: weights_only=True
+    entry = checkpoint["ember"]["custom"][0]
+    assert checkpoint["vocab"] == ["a", "b"]  # what on_save_checkpoint added is at the top level, as in Lightning
     assert entry["trainer"]["state"]["global_step"] == 2 and entry["format"] == "ember-trainer"
     assert entry["checkpoint"]["vocab"] == ["a", "b"] and set(entry["trackers"]) == {"memory"}
     resumed = Extras()

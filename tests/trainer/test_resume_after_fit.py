@@ -165,7 +165,7 @@ def test_an_exception_checkpoint_outside_a_batch_continues_exactly(tmp_path: Any
     failing = FailingValidation()
     with pytest.raises(RuntimeError, match="validation failed"):
         Trainer(**kw, default_root_dir=str(tmp_path / "first"), callbacks=[saver]).fit(failing, loader(), val)
-    assert saver.error is None and os.path.isdir(path)
+    assert saver.error is None and os.path.isfile(path)
     torch.manual_seed(0)
     resumed = Tracing()
     Trainer(**kw, default_root_dir=str(tmp_path / "resumed")).fit(resumed, loader(), val, ckpt_path=path)

@@ -10,6 +10,7 @@ What a checkpoint holds is the engine's state plus the trainer's entry (``traine
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 from collections.abc import Callable, Iterator
@@ -18,10 +19,14 @@ from typing import Any
 import torch
 
 from callbacks import ModelCheckpoint
-from engine import Accelerator
+from engine import Accelerator, gather_object
 from engine.checkpoint_io import CheckpointError
+from engine.checkpoint_save import describe, first_failure, raise_agreed
 from engine.environment import EngineEnvironment
+from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.entry import TrainerEntry
+from trainer.checkpoint.lightning_format import compose, compose_weights
+from trainer.checkpoint.lightning_import import restore_lightning
 from trainer.checkpoint.resume import Resume, newest, resolve, restore
 from trainer.plugins.environments import ClusterEnvironment
 from trainer.profiling import Profiler, profile
@@ -44,12 +49,14 @@ class Checkpointer:
             recorded in every checkpoint, and ``fit(ckpt_path=None)`` resumes from the newest checkpoint of this
             job; its ``fallbacks(ckpt_path)`` may stand in for a damaged ``fit(ckpt_path=...)`` (Ray Train's older
             reported checkpoints).
+        window: the length of the trainer's accumulation window now: checkpoints hold gradients only inside one.
     """
 
     def __init__(self, accelerator: Accelerator, entry: TrainerEntry, before_save: Callable[[], None],
                  profiler: Profiler | None = None, log_dir: str | None = None, versions: str | None = None,
-                 cluster: ClusterEnvironment | None = None) -> None:
+                 cluster: ClusterEnvironment | None = None, window: Callable[[], int] = lambda: 1) -> None:
         self.accelerator = accelerator
+        self.window = window  # the accumulation window's length now (the trainer owns it; a callback may change it)
         self.cluster = cluster
         self.job = entry.job = cluster.job_key() if cluster is not None else None
         self.log_dir = log_dir
@@ -90,8 +97,9 @@ class Checkpointer:
         """The checkpoint a ``ckpt_path="last"`` resume would start from (None: none yet)."""
         return newest(self.directories())
 
-    def resolve(self, ckpt_path: Any, entry: str, required: bool = False) -> Resume | None:
-        """``ckpt_path`` of the trainer method ``entry`` as a ``Resume`` value (see ``trainer.checkpoint.resume``)."""
+    def resolve(self, ckpt_path: Any, entry: str, required: bool = False, unpickle: bool = False) -> Resume | None:
+        """``ckpt_path`` of the trainer method ``entry`` as a ``Resume`` value (see ``trainer.checkpoint.resume``);
+        ``unpickle``: the caller passed ``weights_only=False`` (a Lightning file with pickled objects loads)."""
         found = self.checkpoint_callbacks
         fallbacks: list[str] = []
         if self.cluster is not None and entry == "fit" and isinstance(ckpt_path, (str, os.PathLike)) and \
@@ -102,12 +110,26 @@ class Checkpointer:
                          has_checkpoint_callback=bool(found), required=required,
                          job=self.job if entry == "fit" else None, fallbacks=fallbacks)
         self.ckpt_path = resume.folder if resume is not None else None
-        return resume
+        return None if resume is None else dataclasses.replace(resume, unpickle=unpickle)
 
     def restore(self, resume: Resume, module: torch.nn.Module) -> str:
         """Load the checkpoint ``resume`` names for ``fit`` (see ``trainer.checkpoint.resume.restore``); returns
         the folder loaded."""
-        return restore(self.accelerator, resume, "fit", module, allow_world_size_change=self.allow_world_size_change)
+        return restore(self.accelerator, resume, "fit", module, allow_world_size_change=self.allow_world_size_change,
+                       lightning=self._restore_lightning)
+
+    def _restore_lightning(self, checkpoint: dict[str, Any], path: str) -> None:
+        """Resume from a checkpoint Lightning wrote (``trainer.checkpoint.lightning_import``), saying what it lacks."""
+        owner, module = self.entry.owner, self.entry.attached.module
+        assert owner is not None and module is not None
+        position = restore_lightning(checkpoint, path, module, owner.optimizers,
+                                     [config.scheduler for config in owner.lr_scheduler_configs],
+                                     self.accelerator.scaler, self.entry.state)
+        self.accelerator.print(
+            f"{path} was written by Lightning {checkpoint.get('pytorch-lightning_version', '(unknown version)')}: "
+            f"restored the weights, optimizer and scheduler states, epoch and global step ({position.global_step}); "
+            f"training continues at the start of epoch {position.epoch}, not exactly (Lightning records no RNG "
+            "states or data positions), and callback states are not restored.")
 
     # -- the boundary queue -------------------------------------------------------------------------------------
     def run_at_boundary(self, fn: Callable[[], Any]) -> None:
@@ -152,16 +174,32 @@ class Checkpointer:
         path, module = str(filepath), self.entry.attached.module
         if weights_only and module is None:
             raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
-        if weights_only:
+        if weights_only and self.one_file:
+            self.run_at_boundary(lambda: self._write_weights(path))
+        elif weights_only:
             self.run_at_boundary(lambda: self.accelerator.save_model(module, path))
         else:
             self.run_at_boundary(lambda: self.write(path, async_save))
 
+    @property
+    def one_file(self) -> bool:
+        """Whether checkpoints are one ``.ckpt`` file: where one process holds the whole state (one device, DDP),
+        as Lightning writes them. Sharded backends (FSDP2, DeepSpeed, tensor parallelism, DTensor parameters the
+        user made) write folders."""
+        if not self.accelerator.backend.saves_mid_accumulation or self.accelerator.state.fsdp_plugin is not None:
+            return False
+        module = self.entry.attached.module
+        return module is None or not any(hasattr(p, "device_mesh") for p in module.parameters())
+
     def write(self, path: str, async_save: bool = False, local_parts: bool = False) -> str:
-        """Save a complete checkpoint into ``path`` now (in the background with ``async_save``); returns the
-        folder. The engine takes the trainer's entry on every process (``TrainerEntry.state_dict``).
-        ``local_parts``: each process writes its own part into its own ``path`` (``save_state(local_parts=True)``:
-        no shared file system; Ray Train merges the parts)."""
+        """Save a complete checkpoint into ``path`` now; returns it.
+
+        A ``.ckpt`` file where one process holds the whole state (``one_file``); otherwise, and for
+        ``async_save`` (written in the background by the engine) or ``local_parts`` (each process writes its own
+        part into its own ``path``, ``save_state(local_parts=True)``: no shared file system; Ray Train merges
+        the parts), an engine checkpoint folder. The engine takes the trainer's entry on every process
+        (``TrainerEntry.state_dict``).
+        """
         state = self.entry.state
         if state.batch_open:
             raise CheckpointError(
@@ -172,14 +210,60 @@ class Checkpointer:
                 "last complete checkpoint (a ModelCheckpoint's, with fit(ckpt_path='last')).")
         with profile(self.profiler, "save_checkpoint"):
             self.before_save()
-            # Where saves wait for an optimizer step (FSDP2, tensor parallelism, DeepSpeed) the gradients are spent
-            # (the next step zeroes them before its backward): leaving them out lets the checkpoint load on another
-            # number of processes, as Lightning's does.
-            spent = not self.accelerator.backend.saves_mid_accumulation
-            folder = self.accelerator.save_state(path, async_save=async_save, include_gradients=not spent,
-                                                 local_parts=local_parts)
+            # Gradients matter only inside an unfinished accumulation window (the window's first batch zeroes
+            # them): elsewhere they are spent, and leaving them out keeps the checkpoint smaller (and loadable on
+            # another number of processes, as Lightning's is).
+            pending = self.mid_window()
+            # An asynchronous save is the engine's (a folder, written in the background), unless a file already
+            # stands at ``path``: a folder is never written over a file, so that one is written as a file again.
+            if self.one_file and not local_parts and (not async_save or os.path.isfile(path)):
+                self._write_file(path, pending)
+            else:
+                path = self.accelerator.save_state(path, async_save=async_save, include_gradients=pending,
+                                                   local_parts=local_parts)
         self.saved_position = self.position()
-        return folder
+        return path
+
+    def mid_window(self) -> bool:
+        """Whether the run stands inside an accumulation window (gradients of its micro-steps pending): windows
+        start at batches ``0, k, 2k...`` of an epoch, and an epoch's last batch always steps. With manual
+        optimisation the module decides when it steps: its gradients are always kept."""
+        if not getattr(self.entry.attached.module, "automatic_optimization", True):
+            return True
+        return self.entry.state.batch_in_epoch % max(1, int(self.window())) != 0
+
+    def _write_file(self, path: str, gradients: bool) -> None:
+        """Every process gives its state (RNG, loader positions, pending gradients go to process 0); process 0
+        writes the one file."""
+        values = self.accelerator.state_values(include_gradients=gradients)
+        error: BaseException | None = None
+        if values is not None:
+            try:
+                ckpt_file.write(path, compose(values))
+            except Exception as err:  # noqa: BLE001 - shared with every process just below
+                error = err
+        self._agree(error)
+
+    def _write_weights(self, path: str) -> None:
+        """A weights-only ``.ckpt`` (``save_checkpoint(path, weights_only=True)``), written by process 0."""
+        module = self.entry.attached.module
+        weights = self.accelerator.get_state_dict(module)  # every process: a collective where sharded
+        error: BaseException | None = None
+        if self.accelerator.is_main_process:
+            try:
+                ckpt_file.write(path, compose_weights(weights, self.entry.identity_entry()))
+            except Exception as err:  # noqa: BLE001 - shared with every process just below
+                error = err
+        self._agree(error)
+
+    def _agree(self, error: BaseException | None) -> None:
+        """Raise on every process when the write failed on the one that wrote (none goes on believing it saved)."""
+        if self.accelerator.num_processes > 1:
+            failure = first_failure(gather_object([(self.accelerator.process_index, describe(error))]))
+            if failure is not None:
+                raise_agreed(failure, error, self.accelerator.process_index)
+        elif error is not None:
+            raise error
 
     def position(self) -> tuple[int, int, int]:
         """Where the run stands now: ``(epoch, batch_in_epoch, micro_step)``."""

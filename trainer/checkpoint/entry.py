@@ -63,7 +63,20 @@ class TrainerEntry:
         self.run_id = new_run_id()
         self.job: str | None = None  # the cluster's job key (Checkpointer), recorded in every checkpoint
 
+    @property
+    def owner(self) -> Any:
+        """What callback hooks receive (the trainer), or None once it is gone."""
+        return self._owner()
+
     # -- saving -------------------------------------------------------------------------------------------------
+    def identity_entry(self) -> dict[str, Any]:
+        """What a weights-only checkpoint records besides the weights: the counters, the hyper-parameters and
+        the run identity (no hooks run: Lightning's weights-only checkpoints hold no callback state)."""
+        return {"trainer": {"state": self.state.state_dict()},
+                "run": identity_of(self.run_id, self.attached.module, self.job),
+                "hyper_parameters": {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
+                                     "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}}
+
     def state_dict(self) -> dict[str, Any]:
         """The entry of a checkpoint taken now; runs the ``on_save_checkpoint`` hooks (callbacks, then module)."""
         extra: dict[str, Any] = {"epoch": self.state.epoch, "global_step": self.state.global_step}

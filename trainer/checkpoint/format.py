@@ -1,24 +1,40 @@
 """The trainer's part of a checkpoint: its format, and what it may hold.
 
-A trainer checkpoint is an engine checkpoint folder (``Accelerator.save_state``: committed atomically with a
-checksummed manifest, loadable without unpickling) plus the trainer's own part, one object registered with
-``register_for_checkpointing`` (``trainer.checkpoint.entry.TrainerEntry``) whose state holds only plain values
-and tensors::
+Where one process holds the whole state (one device, DDP), a trainer checkpoint is one ``.ckpt`` file
+(``trainer.checkpoint.ckpt_file``: written atomically, a digest per top-level key, read by ``torch.load`` with its
+default ``weights_only=True``) holding Lightning 2.6's keys with their meanings (``trainer.checkpoint.
+lightning_format``) plus Ember's exact-resume state under ``"ember"``::
 
-    {dirpath}/epoch=1-step=40-val_acc=0.912/
-        manifest.json                 files, sizes, checksums, step, world size (written last: the commit)
-        model.safetensors             the module's weights (model_1... when an evaluation prepared it first)
-        optimizer.bin  scheduler.bin  scaler.pt
-        random_states_{rank}.pkl      python / numpy / torch / CUDA RNG states of every rank
-        dataloader_{i}_{rank}.bin     each prepared loader's exact position, per rank
-        gradients_{i}_{rank}.safetensors   gradients pending mid-accumulation (only then)
-        custom_checkpoint_{i}.pkl     i = the trainer's entry: {"format": "ember-trainer", "version": 1,
-                                      "run": {"id", "module", "parameters": {name: shape}} (identity.py),
-                                      "trainer": {"state": TrainState, "callbacks": {state_key: state},
-                                      "datamodule": ...}, "trackers": {name: run identity},
-                                      "checkpoint": what on_save_checkpoint hooks added,
-                                      "callback_metrics": {name: tensor}, "prepared": [...],
-                                      "hyper_parameters": {"module": ..., "datamodule": ...}}
+    {dirpath}/epoch=1-step=40-val_acc=0.912.ckpt
+        "epoch": 1, "global_step": 40, "pytorch-lightning_version": "2.6.6",
+        "state_dict": {name: tensor},            the module's weights
+        "optimizer_states": [...], "lr_schedulers": [...], "MixedPrecision": scaler state (fp16 only),
+        "loops": {"fit_loop": ...},              Lightning's progress record, built from TrainState
+        "callbacks": {state_key: state}, "hparams_name": "kwargs", "hyper_parameters": {...},
+        ...what on_save_checkpoint hooks added,
+        "ember": {"format": "ember-ckpt", "version": 1, "ember_version", "created", "weights_only": False,
+                  "step", "world_size",
+                  "ranks": [{"rng": {"step", "rng"}, "dataloaders": {i: position},
+                             "gradients": {i: {name: tensor}}  (only inside an unfinished accumulation window)}
+                            ... one per rank, gathered to rank 0],
+                  "models": [further models' state_dicts], "custom": [the registered objects' states: the
+                  trainer's entry below], "digests": {"algorithm": "blake2b-128", "keys": {key: digest}}}
+
+Sharded backends (FSDP2, DeepSpeed, tensor parallelism), asynchronous saves and Ray Train's per-worker parts
+write an engine checkpoint folder instead (``Accelerator.save_state``: committed atomically with a checksummed
+manifest, loadable without unpickling), as runs saved before checkpoints were files did; both keep loading::
+
+    {dirpath}/epoch=1-step=40-val_acc=0.912.ckpt/
+        manifest.json  model.safetensors (or shards)  optimizer.bin  scheduler.bin  scaler.pt
+        random_states_{rank}.pkl  dataloader_{i}_{rank}.bin
+        gradients_{i}_{rank}.safetensors   only inside an unfinished accumulation window
+        custom_checkpoint_{i}.pkl          the trainer's entry
+
+The trainer's entry (``trainer.checkpoint.entry.TrainerEntry``), in either layout, holds only plain values and
+tensors: {"format": "ember-trainer", "version": 1, "run": {"id", "module", "parameters": {name: shape}, "job"}
+(identity.py), "trainer": {"state": TrainState, "callbacks": {state_key: state}, "datamodule": ...},
+"trackers": {name: run identity}, "checkpoint": what on_save_checkpoint hooks added, "callback_metrics":
+{name: tensor}, "prepared": [...], "hyper_parameters": {"module": ..., "datamodule": ...}}.
 """
 
 from __future__ import annotations

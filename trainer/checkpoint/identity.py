@@ -22,7 +22,9 @@ import torch
 
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, load_torch
+from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.format import FORMAT
+from trainer.checkpoint.lightning_format import identity_in, is_ember
 
 
 def new_run_id() -> str:
@@ -71,12 +73,14 @@ def of_job(candidates: list[str], job: str) -> list[str]:
 
 
 def read_identity(folder: str) -> dict[str, Any] | None:
-    """The run identity in the trainer entry of committed checkpoint ``folder``: ``{}`` for a checkpoint written
+    """The run identity in the trainer entry of committed checkpoint ``folder`` (or ``.ckpt`` file): ``{}`` for a checkpoint written
     before identities existed, ``None`` when it holds no trainer entry (an engine-only checkpoint).
 
     Raises:
         CorruptCheckpointError: the entry's file fails its manifest check, or the folder has no valid manifest.
     """
+    if os.path.isfile(folder):
+        return _file_identity(folder)
     manifest = folders.read_manifest(folder)
     if manifest is None:
         raise CorruptCheckpointError(f"Checkpoint {folder} has no valid {folders.MANIFEST_NAME}.")
@@ -87,6 +91,16 @@ def read_identity(folder: str) -> dict[str, Any] | None:
             if isinstance(payload, dict) and payload.get("format") == FORMAT:
                 return dict(payload.get("run") or {})
     return None
+
+
+def _file_identity(path: str) -> dict[str, Any] | None:
+    """The identity in a ``.ckpt`` file, its Ember part's digest checked (not the weights': they are not read);
+    ``None`` for a file Lightning wrote (it records no run)."""
+    checkpoint = ckpt_file.load(path, mmap=True)
+    if not is_ember(checkpoint):
+        return None
+    ckpt_file.verify(path, checkpoint, keys=[ckpt_file.EMBER_KEY])
+    return identity_in(checkpoint)
 
 
 def same_run(candidates: list[str], context: str) -> list[str]:

@@ -1,8 +1,9 @@
 """``load_from_checkpoint`` for modules and data modules: rebuild from the saved hyper-parameters, then load.
 
-Reads an Ember checkpoint folder (the trainer's entry and ``model.safetensors``, both checked against the
-manifest) or a weights-only folder (``trainer.save_checkpoint(path, weights_only=True)``). Nothing is
-unpickled unless the caller passes ``weights_only=False``.
+Reads a ``.ckpt`` file (Ember's, its digests verified, or Lightning's: ``state_dict`` and ``hyper_parameters``),
+an older Ember checkpoint folder (the trainer's entry and ``model.safetensors``, both checked against the
+manifest) or a weights-only folder (``save_model``). Nothing is unpickled unless the caller passes
+``weights_only=False``.
 """
 
 from __future__ import annotations
@@ -16,17 +17,37 @@ import torch
 from engine import checkpointing as folders
 from engine.checkpoint_io import CheckpointError, load_torch
 from engine.checkpoint_state import custom_name, read_model_weights
+from trainer.checkpoint import ckpt_file
+from trainer.checkpoint.ckpt_file import EMBER_KEY
 from trainer.checkpoint.format import FORMAT
 from trainer.checkpoint.hparams_io import decode_hparams
+from trainer.checkpoint.lightning_format import is_ember, trainer_entry
+
+
+def read_file(path: str, unpickle: bool) -> dict[str, Any]:
+    """A ``.ckpt`` file (Ember's, every digest verified, or Lightning's) as the parts ``load_module`` uses:
+    ``{"state_dict", "hyper_parameters": {"module", "datamodule"}, "checkpoint": the whole dict,
+    "datamodule_state"}``."""
+    checkpoint = ckpt_file.read(path, unpickle=unpickle)
+    if "state_dict" not in checkpoint:
+        raise CheckpointError(f"load_from_checkpoint({path!r}): the file holds no 'state_dict' (its keys: "
+                              f"{sorted(checkpoint)[:8]}): pass a checkpoint written by Ember's or Lightning's Trainer.")
+    entry = trainer_entry(checkpoint[EMBER_KEY].get("custom", [])) if is_ember(checkpoint) else None
+    datamodule_state = (entry or {}).get("trainer", {}).get("datamodule")
+    weights_only = bool(checkpoint[EMBER_KEY].get("weights_only")) if is_ember(checkpoint) else (
+        "optimizer_states" not in checkpoint)
+    return {"state_dict": checkpoint["state_dict"], "checkpoint": checkpoint, "datamodule_state": datamodule_state,
+            "weights_only": weights_only,
+            "hyper_parameters": {"module": checkpoint.get("hyper_parameters") or {},
+                                 "datamodule": checkpoint.get("datamodule_hyper_parameters") or {}}}
 
 
 def read_entry(path: str | os.PathLike[str], unpickle: bool) -> dict[str, Any] | None:
     """The trainer's entry of the checkpoint folder ``path`` (None for a weights-only ``save_model`` folder)."""
     folder = os.fspath(path)
     if not os.path.isdir(folder):
-        hint = " Ember checkpoints are folders, not .ckpt files." if folder.endswith(".ckpt") else ""
-        raise FileNotFoundError(f"load_from_checkpoint({folder!r}): no such checkpoint folder.{hint} Pass a folder "
-                                "written by ModelCheckpoint or trainer.save_checkpoint.")
+        raise FileNotFoundError(f"load_from_checkpoint({folder!r}): no such checkpoint file or folder. Pass a .ckpt "
+                                "written by ModelCheckpoint or trainer.save_checkpoint (or Lightning's).")
     manifest = folders.read_manifest(folder)
     if manifest is None:
         return None
@@ -53,8 +74,12 @@ def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hpar
                 weights_only: bool | None, overrides: dict[str, Any]) -> Any:
     """What ``TrainModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
-    entry = read_entry(path, unpickle)
-    state_dict = read_model_weights(os.fspath(path), allow_unsafe_pickle=unpickle)
+    if os.path.isfile(path):
+        entry: dict[str, Any] | None = read_file(os.fspath(path), unpickle)
+        state_dict = entry["state_dict"] if entry is not None else None
+    else:
+        entry = read_entry(path, unpickle)
+        state_dict = read_model_weights(os.fspath(path), allow_unsafe_pickle=unpickle)
     if state_dict is None:
         raise CheckpointError(f"{os.fspath(path)} holds no full model weights (model.safetensors): a sharded FSDP "
                               "checkpoint is loaded by trainer.fit(ckpt_path=...).")
@@ -75,7 +100,10 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
                     overrides: dict[str, Any]) -> Any:
     """What ``DataModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
-    entry = read_entry(path, unpickle)
+    entry = read_file(os.fspath(path), unpickle) if os.path.isfile(path) else read_entry(path, unpickle)
+    if entry is not None and entry.get("weights_only"):
+        raise CheckpointError(f"{os.fspath(path)} is a weights-only checkpoint file: it holds no data module "
+                              "state. Load a checkpoint written by ModelCheckpoint or trainer.save_checkpoint(path).")
     if entry is None:
         raise CheckpointError(f"{os.fspath(path)} is a weights-only folder: it holds no data module "
                               "hyper-parameters. Load a checkpoint written by ModelCheckpoint or "
@@ -84,7 +112,7 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
     if hparams_file is not None:
         encoded = read_hparams_file(hparams_file)
     datamodule = build(cls, encoded, overrides, unpickle)
-    state = entry.get("trainer", {}).get("datamodule")
+    state = entry.get("datamodule_state") if "datamodule_state" in entry else entry.get("trainer", {}).get("datamodule")
     if state:
         datamodule.load_state_dict(state)
     return datamodule

@@ -11,32 +11,42 @@ are compared with the module's.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from engine import Accelerator, broadcast_object_list
+from engine import Accelerator, broadcast_object_list, gather_object
 from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
+from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
+from engine.checkpoint_save import describe, first_failure, raise_agreed
 from engine.checkpoint_state import read_model_weights
+from trainer.checkpoint import ckpt_file, discovery
 from trainer.checkpoint.identity import check_module, of_job, same_run
+from trainer.checkpoint.lightning_format import check_version, is_ember, values_of
 from trainer.checkpoint.world_size import check_world_size
+
+# Applies a checkpoint Lightning wrote (its dict, its path) to the run's parts (``lightning_import``).
+LightningRestore = Callable[[dict[str, Any], str], None]
 
 _ERRORS: dict[str, type[Exception]] = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
                                        "CheckpointError": CheckpointError,
-                                       "CorruptCheckpointError": CorruptCheckpointError}
+                                       "CorruptCheckpointError": CorruptCheckpointError,
+                                       "UnsafeCheckpointError": UnsafeCheckpointError}
 
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a run resumes from: ``ckpt_path`` as given, and the committed folders to try, newest first.
+    """Where a run resumes from: ``ckpt_path`` as given, and the committed checkpoints (folders or ``.ckpt``
+    files) to try, newest first; ``unpickle``: the caller opted in to full unpickling (``weights_only=False``).
 
     Only ``"last"`` has more than one candidate (the older ones it may fall back to).
     """
 
     ckpt_path: str
     candidates: tuple[str, ...]
+    unpickle: bool = False
 
     @property
     def folder(self) -> str:
@@ -46,8 +56,8 @@ class Resume:
 
 def newest(directories: list[str]) -> str | None:
     """The newest committed checkpoint in ``directories`` (what ``ckpt_path="last"`` loads first), or None."""
-    found = folders.committed_checkpoints(*directories, auto_named=False)
-    return found[-1][1] if found else None
+    found = discovery.committed(*directories)
+    return found[-1] if found else None
 
 
 def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, entry: str, *,
@@ -104,8 +114,7 @@ def _job_resume(accelerator: Accelerator, directories: list[str], job: str) -> R
     one falls back to the job's previous one); None when it wrote none (its first start)."""
     found: list[Any] = [None]
     if accelerator.is_main_process:
-        committed = folders.committed_checkpoints(*directories, auto_named=False)
-        found[0] = of_job([path for _, path in reversed(committed)], job)
+        found[0] = of_job(list(reversed(discovery.committed(*directories))), job)
     if accelerator.num_processes > 1:
         broadcast_object_list(found)
     if not found[0]:
@@ -119,7 +128,7 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
           has_checkpoint_callback: bool, fallbacks: list[str]) -> list[str]:
     """The folder to load first, then (for ``"last"``) the older committed ones to fall back to."""
     if ckpt_path == "last":
-        found = [path for _, path in reversed(folders.committed_checkpoints(*directories, auto_named=False))]
+        found = list(reversed(discovery.committed(*directories)))
         return same_run(found, f"{entry}(ckpt_path='last')") if found else []
     if ckpt_path == "best":
         if not best_path:
@@ -129,22 +138,45 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
         return [best_path]
     folder = os.path.abspath(ckpt_path)
     if fallbacks:  # the cluster's older checkpoints of the same run may stand in for a damaged one
-        found = [path for path in (folder, *fallbacks) if folders.is_committed(path)]
+        found = [path for path in (folder, *fallbacks) if discovery.is_checkpoint(path)]
         if found:
             return same_run(found, f"{entry}(ckpt_path={ckpt_path!r})")
+    if os.path.isfile(folder):  # a .ckpt file: Ember's (verified when loaded) or Lightning's
+        return [folder]
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder ({folder}). Pass "
-                                "a folder written by trainer.save_checkpoint / ModelCheckpoint, 'last' for the "
-                                "newest one in the project, or None to start fresh.")
+        raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder or file ({folder}). "
+                                "Pass a .ckpt written by trainer.save_checkpoint / ModelCheckpoint (or Lightning), "
+                                "'last' for the newest one in the project, or None to start fresh.")
     if not folders.is_committed(folder):
         raise ValueError(f"{entry}(ckpt_path={ckpt_path!r}) is not a committed checkpoint: it has no valid "
                          f"{folders.MANIFEST_NAME} (an interrupted save, or not written by Ember).")
     return [folder]
 
 
+def read_agreed(accelerator: Accelerator, path: str, unpickle: bool) -> dict[str, Any]:
+    """Read and verify the ``.ckpt`` file ``path`` on every process; a failure on any one is raised on all (so
+    none waits in the load's collectives while another gave up)."""
+    loaded, error = None, None
+    try:
+        loaded = ckpt_file.read(path, unpickle=unpickle)
+    except Exception as err:  # noqa: BLE001 - shared with every process just below
+        error = err
+    if accelerator.num_processes > 1:
+        failure = first_failure(gather_object([(accelerator.process_index, describe(error))]))
+        if failure is not None:
+            raise_agreed(failure, error, accelerator.process_index)
+    elif error is not None:
+        raise error
+    assert loaded is not None
+    return loaded
+
+
 def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module, *,
-            allow_world_size_change: bool = False) -> str:
-    """``accelerator.load_state`` the first candidate of ``resume`` that verifies; returns the folder loaded.
+            allow_world_size_change: bool = False, lightning: LightningRestore | None = None) -> str:
+    """Load the first candidate of ``resume`` that verifies; returns the checkpoint loaded.
+
+    A folder is loaded by ``accelerator.load_state``; an Ember ``.ckpt`` file is read and verified on every
+    process and applied by ``accelerator.load_state_values``; a file Lightning wrote is applied by ``lightning``.
 
     Everything registered with the engine is restored by it, the trainer's own entry included. A damaged
     explicit path raises at once, saying what to do instead; a checkpoint of another model (other parameter
@@ -154,9 +186,27 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
     context = f"{entry}(ckpt_path={resume.ckpt_path!r})"
 
     def load(folder: str) -> None:
+        if os.path.isfile(folder):
+            load_file(folder)
+            return
         check_module(folder, module, context)
         check_world_size(folder, accelerator.num_processes, allow_world_size_change, context)
         accelerator.load_state(folder)
+
+    def load_file(path: str) -> None:
+        checkpoint = read_agreed(accelerator, path, resume.unpickle)
+        if not is_ember(checkpoint):
+            if lightning is None:
+                raise CheckpointError(f"{context}: {path} was not written by Ember, and this entry point cannot "
+                                      "resume another tool's checkpoint.")
+            lightning(checkpoint, path)
+            return
+        check_version(checkpoint, path)
+        check_module(path, module, context)
+        values = values_of(checkpoint, path)
+        check_world_size(path, accelerator.num_processes, allow_world_size_change, context,
+                         saved=int(values["world_size"]))
+        accelerator.load_state_values(values, path)
 
     if resume.ckpt_path == "last" or len(resume.candidates) > 1:  # or a cluster's, with older ones to fall back to
         return folders.load_first_intact(
@@ -175,6 +225,12 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
 def load_weights(module: torch.nn.Module, resume: Resume, entry: str) -> None:
     """Load only the module's weights from ``resume``'s folder (validate / test / predict with ``ckpt_path``)."""
     folder = resume.folder
+    if os.path.isfile(folder):
+        checkpoint = ckpt_file.read(folder, unpickle=resume.unpickle)
+        if is_ember(checkpoint):
+            check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated")
+        module.load_state_dict(checkpoint["state_dict"])
+        return
     check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated")
     weights = read_model_weights(folder)
     if weights is None:

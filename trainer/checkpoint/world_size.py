@@ -15,16 +15,21 @@ from engine import checkpointing as folders
 OPT_IN_VARIABLE = "EMBER_ALLOW_WORLD_SIZE_CHANGE"
 
 
-def check_world_size(folder: str, processes: int, allowed: bool, context: str) -> None:
+def check_world_size(folder: str, processes: int, allowed: bool, context: str, saved: int | None = None) -> None:
     """Raise unless ``folder`` was saved by ``processes`` processes, or ``allowed`` (the user opted in).
+
+    ``saved``: the world size a ``.ckpt`` file records (a folder's is read from its manifest).
 
     Raises:
         ValueError: the world sizes differ; the message names both and the opt-in.
     """
-    manifest = folders.read_manifest(folder)
-    if manifest is None or allowed:
-        return  # an unreadable manifest is reported by the load itself
-    saved = int(manifest.get("world_size", 1))
+    if allowed:
+        return
+    if saved is None:
+        manifest = folders.read_manifest(folder)
+        if manifest is None:
+            return  # an unreadable manifest is reported by the load itself
+        saved = int(manifest.get("world_size", 1))
     if saved == processes:
         return
     raise ValueError(
