@@ -453,28 +453,28 @@ class Trainer:
     @accepts_model
     def validate(self, module: TrainModule | None = None, dataloaders: Any = None,
                  datamodule: DataModule | None = None, ckpt_path: str | None = None,
-                 verbose: bool = True) -> list[dict[str, float]]:
+                 verbose: bool = True, weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run the validation loop once; returns the epoch metrics, one dict per loader.
 
         ``ckpt_path`` (``"best"``, ``"last"`` or a checkpoint) loads the module's weights from it first; None
         without a module after ``fit``: ``"best"``, as in Lightning (``trainer/checkpoint/eval_choice.py``).
         """
-        return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose)
+        return self._evaluate_entry("validate", module, dataloaders, datamodule, ckpt_path, verbose, weights_only)
 
     @accepts_model
     def test(self, module: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
-             ckpt_path: str | None = None, verbose: bool = True) -> list[dict[str, float]]:
+             ckpt_path: str | None = None, verbose: bool = True, weights_only: bool | None = None) -> list[dict[str, float]]:
         """Run the test loop once; returns the epoch metrics, one dict per loader."""
-        return self._evaluate_entry("test", module, dataloaders, datamodule, ckpt_path, verbose)
+        return self._evaluate_entry("test", module, dataloaders, datamodule, ckpt_path, verbose, weights_only)
 
     @accepts_model
     def predict(self, module: TrainModule | None = None, dataloaders: Any = None,
                 datamodule: DataModule | None = None, return_predictions: bool | None = None,
-                ckpt_path: str | None = None) -> list[Any] | None:
+                ckpt_path: str | None = None, weights_only: bool | None = None) -> list[Any] | None:
         """``predict_step`` over the loader(s); returns the per-batch predictions of every process, in dataset
         order, without the samples repeated to even out the last batch (a list per loader when there are several).
         """
-        resume = evaluation_resume(self.checkpointer, "predict", ckpt_path, module, self.module, self.config)
+        resume = evaluation_resume(self.checkpointer, "predict", ckpt_path, module, self.module, self.config, weights_only)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run("predict", module, datamodule) as hooks:
             assert self.module is not None
@@ -487,8 +487,8 @@ class Trainer:
         return results[0] if len(results) == 1 else results
 
     def _evaluate_entry(self, kind: str, module: TrainModule | None, dataloaders: Any, datamodule: Any,
-                        ckpt_path: str | None, verbose: bool) -> list[dict[str, float]]:
-        resume = evaluation_resume(self.checkpointer, kind, ckpt_path, module, self.module, self.config)
+                        ckpt_path: str | None, verbose: bool, weights_only: bool | None) -> list[dict[str, float]]:
+        resume = evaluation_resume(self.checkpointer, kind, ckpt_path, module, self.module, self.config, weights_only)
         datamodule, dataloaders = eval_sources(datamodule, dataloaders, self.datamodule)
         with self._run(kind, module, datamodule) as hooks:
             assert self.module is not None

@@ -62,12 +62,14 @@ def check_best(fn: str, checkpoint_callbacks: list[Any], fast_dev_run: bool) -> 
 
 
 def evaluation_resume(checkpointer: Checkpointer, fn: str, ckpt_path: str | os.PathLike[str] | None,
-                      given: object, attached: object, config: TrainerConfig) -> Resume | None:
+                      given: object, attached: object, config: TrainerConfig,
+                      weights_only: bool | None = None) -> Resume | None:
     """The checkpoint the evaluation method ``fn`` loads first, by the rule above (None: the current weights);
-    ``given``: the module passed to the call, ``attached``: the trainer's (None: none)."""
+    ``given``: the module passed to the call, ``attached``: the trainer's (None: none); ``weights_only=False``:
+    a (trusted) Lightning file that needs unpickling may load, as in Lightning."""
     ckpt_path = evaluation_ckpt_path(fn, ckpt_path, given is not None, attached is not None)
     if ckpt_path == "best":
         # Lightning keeps its default ModelCheckpoint under fast_dev_run (it saves nothing there); Ember adds none.
         fast_dev_run = bool(config.fast_dev_run) and config.enable_checkpointing
         check_best(fn, checkpointer.checkpoint_callbacks, fast_dev_run)
-    return checkpointer.resolve(ckpt_path, fn, required=True)
+    return checkpointer.resolve(ckpt_path, fn, required=True, unpickle=weights_only is False)

@@ -81,17 +81,24 @@ def finished_run_best(trainer: Any) -> str | None:
     ``"best"`` cannot come from it; the finished run wrote its top-k record into every checkpoint.
     """
     from callbacks import ModelCheckpoint
-    from engine.checkpointing import committed_checkpoints
-    from trainer.checkpoint.loading import read_entry
+    from trainer.checkpoint.ckpt_file import EMBER_KEY
+    from trainer.checkpoint.discovery import committed
+    from trainer.checkpoint.lightning_format import trainer_entry
+    from trainer.checkpoint.loading import read_entry, read_file
 
     callbacks = trainer.checkpoint_callbacks
     if not callbacks or callbacks[0].best_model_path:
         return None
     folders = [trainer.default_checkpoint_dir] + [c.dirpath for c in callbacks if c.dirpath]
-    found = committed_checkpoints(*dict.fromkeys(folders), auto_named=False)  # oldest first
+    found = committed(*dict.fromkeys(folders))  # folders and .ckpt files, oldest first
     if not found:
         return None
-    entry = read_entry(found[-1][1], unpickle=False)
+    newest = found[-1]
+    if os.path.isdir(newest):
+        entry = read_entry(newest, unpickle=False)
+    else:  # a .ckpt file: the trainer's entry is inside Ember's part of it
+        checkpoint = read_file(newest, unpickle=False)["checkpoint"]
+        entry = trainer_entry(checkpoint.get(EMBER_KEY, {}).get("custom", []))
     state = ((entry or {}).get("trainer") or {}).get("callbacks", {}).get(callbacks[0].state_key)
     if not state:
         return None
