@@ -322,7 +322,9 @@ def test_raising_worker_ends_the_run_quickly_with_its_traceback(cluster: None, t
     took = time.monotonic() - start
     text = str(raised.value)
     assert "ValueError: boom in rank 1" in text and "on_train_batch_end" in text, text
-    assert took < 60, took
+    # "Quickly": the peer that did not raise is not left to torch's 30-minute collective timeout. The bound is
+    # loose because the whole run (Ray workers' start included) is timed, on a machine that may be loaded.
+    assert took < 300, took
     out = str(tmp_path / "raising-out")
     for rank in (0, 1):  # FSDP2 had sharded the module over Ray's group (DTensor parameters) and stepped twice
         params = json.loads(_read(os.path.join(out, f"params{rank}")))
