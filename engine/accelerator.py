@@ -16,11 +16,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from engine import operations
-from engine.accelerator_checkpoint import CheckpointingMixin
-from engine.accelerator_mesh import MeshMixin, resolve_parallelism
-from engine.accelerator_process import ProcessControlMixin
 from engine.accelerator_tracking import TrackingMixin
 from engine.backends import Backend, select_backend
+from engine.backends.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
+from engine.backends.mesh import MeshMixin, resolve_parallelism
+from engine.checkpoint.checkpointer import CheckpointingMixin
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -32,23 +32,23 @@ from engine.config import (
     ProjectConfiguration,
     merge_dataloader_config,
 )
-from engine.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
 from engine.environment import EngineEnvironment
-from engine.fp8 import AORecipeKwargs, Fp8Training
 from engine.keywords import suggest_keywords
-from engine.optimizer import AcceleratedOptimizer
-from engine.parallel import extract_model_from_parallel, unwrap
-from engine.precision import (
+from engine.precision.fp8 import AORecipeKwargs, Fp8Training
+from engine.precision.mixed import (
     autocast_context,
     check_autocast_support,
     make_grad_scaler,
     validate_precision,
     wrap_forward,
 )
-from engine.preparable import check_preparable, is_scheduler
-from engine.profiler import ProfileKwargs, ProfilerMixin
-from engine.scheduler import AcceleratedScheduler
+from engine.prepare.optimizer import AcceleratedOptimizer
+from engine.prepare.parallel import extract_model_from_parallel, unwrap
+from engine.prepare.preparable import check_preparable, is_scheduler
+from engine.prepare.scheduler import AcceleratedScheduler
+from engine.process_control import ProcessControlMixin
 from engine.state import AcceleratorState, DistributedType, GradientState
+from engine.tracking.profiler import ProfileKwargs, ProfilerMixin
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
@@ -98,7 +98,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         init_kwargs = self.init_handler.to_kwargs() if self.init_handler is not None else {}
 
         if fsdp_plugin is None and environment.use_fsdp:
-            from engine.fsdp import FullyShardedDataParallelPlugin
+            from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
             fsdp_plugin = FullyShardedDataParallelPlugin()
         deepspeed_plugin, mixed_precision = choose_deepspeed_plugin(deepspeed_plugin, environment, fsdp_plugin,
@@ -297,7 +297,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                                  "DeepSpeed")
         result = [self._prepare_one(obj, None, first_pass=True) if isinstance(obj, DataLoader) else obj
                   for obj in args]
-        from engine.deepspeed_plugin import DummyOptim, DummyScheduler
+        from engine.backends.deepspeed_plugin import DummyOptim, DummyScheduler
 
         model = next((obj for obj in result if isinstance(obj, torch.nn.Module)), None)
         if model is None:
@@ -411,8 +411,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None,
                             slice_fn_for_dispatch: Callable[..., Any] | None = None) -> DataLoader:
-        """Shard ``data_loader`` across processes (see ``engine.data_loader.prepare_data_loader``)."""
-        from engine.data_loader import prepare_data_loader
+        """Shard ``data_loader`` across processes (see ``engine.data.loader.prepare_data_loader``)."""
+        from engine.data.loader import prepare_data_loader
 
         if device_placement is None:
             device_placement = self.device_placement
@@ -434,7 +434,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """A loader over the same data that starts ``num_batches`` (per-process) batches later."""
-        from engine.data_loader import skip_first_batches
+        from engine.data.loader import skip_first_batches
 
         return skip_first_batches(dataloader, num_batches=num_batches)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tracking import TrackerHub
+from engine.tracking.hub import TrackerHub
 
 
 class TrackingMixin:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
+from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
 from engine.keywords import suggest_keywords
 
 

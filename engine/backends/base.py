@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_direct import read_into_module
-from engine.checkpoint_io import CheckpointError
-from engine.parallel import unwrap
+from engine.checkpoint.direct import read_into_module
+from engine.checkpoint.io import CheckpointError
+from engine.prepare.parallel import unwrap
 from engine.state import AcceleratorState, DistributedType
 
 _NO_CONTEXT = contextlib.nullcontext()
@@ -95,7 +95,7 @@ class Backend:
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """``model``'s complete state dict (a collective where parameters are sharded: every rank calls it)."""
         if _holds_dtensors([model]):  # split by the user (parallelize_module on a mesh of one, in configure_model)
-            from engine.fsdp import full_state_dict
+            from engine.backends.fsdp import full_state_dict
 
             return full_state_dict(model)
         return model.state_dict()
@@ -143,7 +143,9 @@ class Backend:
         if plugin is None:
             return ModelsToSave(weights=[self.full_state_dict(model) for model in models],
                                 optimizers=list(optimizers))
-        from engine import fsdp_checkpoint  # torch.distributed.checkpoint: imported only with a plugin
+        from engine.backends import (
+            fsdp_checkpoint,  # torch.distributed.checkpoint: imported only with a plugin
+        )
 
         sharded, to_save = fsdp_checkpoint.prepare_save(plugin, models, optimizers, sync_gradients)
         if sharded:
@@ -153,14 +155,14 @@ class Backend:
     def write_shards(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
                      rank: int) -> list[str]:
         """Write this rank's shards into ``folder`` (when ``models_to_save`` said so); returns their paths."""
-        from engine import fsdp_checkpoint
+        from engine.backends import fsdp_checkpoint
 
         return fsdp_checkpoint.save_shards(folder, models, optimizers, rank)
 
     def write_shards_async(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
                            rank: int, channel: Callable[[str], tuple[Any, Any]]) -> Callable[[], list[str]]:
         """``write_shards`` in the background; the returned function waits for it and gives the files."""
-        from engine import fsdp_checkpoint
+        from engine.backends import fsdp_checkpoint
 
         return fsdp_checkpoint.async_save_shards(folder, models, optimizers, rank, channel)
 
@@ -179,7 +181,7 @@ class Backend:
             if "latest" in manifest["files"]:
                 raise CheckpointError(f"Checkpoint {folder} was written by DeepSpeed: load it with the same "
                                       "DeepSpeedPlugin, or get its full weights with the zero_to_fp32.py it holds.")
-            from engine import fsdp_checkpoint
+            from engine.backends import fsdp_checkpoint
 
             fsdp_checkpoint.load_shards(folder, models, optimizers, owners, strict=strict)
             return
@@ -205,6 +207,6 @@ def _holds_dtensors(models: Sequence[torch.nn.Module]) -> bool:
     """Whether any of ``models`` has DTensor parameters (never, until something imported DTensor)."""
     if "torch.distributed.tensor" not in sys.modules:
         return False
-    from engine.fsdp import holds_dtensors
+    from engine.backends.fsdp import holds_dtensors
 
     return any(holds_dtensors(model) for model in models)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from engine.deepspeed_config import HfDeepSpeedConfig
+from engine.backends.deepspeed_config import HfDeepSpeedConfig
 from engine.environment import EngineEnvironment, announce_deepspeed
 from engine.keywords import suggest_keywords
 from engine.state import AcceleratorState

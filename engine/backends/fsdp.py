@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from engine.activation_checkpointing import checkpoint_modules, outermost_wrappers
 from engine.keywords import suggest_keywords
+from engine.memory.activation_checkpointing import checkpoint_modules, outermost_wrappers
 from engine.state import PartialState
 
 STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
@@ -106,7 +106,7 @@ class FullyShardedDataParallelPlugin:
         fsdp_version: only 2 (FSDP2) is supported.
         activation_checkpointing: wrap each sharding unit (``transformer_cls_names_to_wrap`` / ``min_num_params``)
             in torch's non-reentrant checkpoint wrapper before sharding, so it keeps only its inputs for backward
-            and recomputes the rest (see ``engine.activation_checkpointing``). Needs one of those two fields.
+            and recomputes the rest (see ``engine.memory.activation_checkpointing``). Needs one of those two fields.
         activation_checkpointing_offload: also move what the checkpointed units save to host memory.
     """
 

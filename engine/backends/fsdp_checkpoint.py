@@ -41,7 +41,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from engine.checkpoint_io import CheckpointError, UnsafeCheckpointError
+from engine.checkpoint.io import CheckpointError, UnsafeCheckpointError
 
 METADATA_FILE = ".metadata"
 _SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
@@ -347,7 +347,7 @@ def prepare_save(plugin: Any, models: Sequence[torch.nn.Module], optimizers: Seq
     the checkpoint writer gets no optimizer; otherwise it calls ``state_dict()`` on each returned object, whose
     state, for an optimizer over an FSDP2 model, was gathered to rank 0 here.
     """
-    from engine.fsdp import holds_dtensors, is_sharded
+    from engine.backends.fsdp import holds_dtensors, is_sharded
 
     if any(is_sharded(m) for m in models) and not sync_gradients:
         raise ValueError("save_state() was called in the middle of gradient accumulation under FSDP2: FSDP2 keeps "
@@ -367,14 +367,14 @@ def prepare_save(plugin: Any, models: Sequence[torch.nn.Module], optimizers: Seq
 
 def load_model_weights(model: torch.nn.Module, state: Mapping[str, torch.Tensor], strict: bool = True) -> None:
     """``model.load_state_dict(state)`` from a full state; an FSDP2 model keeps its own shard of each tensor."""
-    from engine.fsdp import load_full_state_dict
+    from engine.backends.fsdp import load_full_state_dict
 
     load_full_state_dict(model, state, strict=strict)
 
 
 def load_optimizer_state(optimizer: Any, state: Mapping[str, Any], models: Sequence[torch.nn.Module]) -> None:
     """``optimizer.load_state_dict(state)`` from a full state; over an FSDP2 model each rank keeps its shard."""
-    from engine.fsdp import holds_dtensors
+    from engine.backends.fsdp import holds_dtensors
 
     owner = owner_model(optimizer, models) if any(holds_dtensors(m) for m in models) else None
     if owner is None or not holds_dtensors(owner):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.backends.parallelism_config import ParallelismConfig
 from engine.environment import EngineEnvironment
-from engine.parallelism_config import ParallelismConfig
 
 
 def resolve_parallelism(config: Any, environment: EngineEnvironment, fsdp_plugin: Any,
@@ -36,7 +36,7 @@ def resolve_parallelism(config: Any, environment: EngineEnvironment, fsdp_plugin
                          "for two ways to split the model: DeepSpeed ZeRO shards over every process itself. Use "
                          "one of them.")
     if config.dp_shard_enabled and fsdp_plugin is None:
-        from engine.fsdp import FullyShardedDataParallelPlugin
+        from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
         fsdp_plugin = FullyShardedDataParallelPlugin()  # dp_shard is FSDP2: its defaults (the root as one unit)
     return config, fsdp_plugin

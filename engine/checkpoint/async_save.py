@@ -2,7 +2,7 @@
 
 ``save_state`` snapshots the state into ``AsyncCheckpointer.buffers`` (reused from save to save) and hands a
 ``SaveJob`` to ``start``; a writer thread then writes, fsyncs, checksums and commits it with the same protocol as a
-synchronous save (``engine.checkpoint_save``), so nothing is visible to resume before the commit. ``wait`` blocks
+synchronous save (``engine.checkpoint.save``), so nothing is visible to resume before the commit. ``wait`` blocks
 until the job is done and raises its failure, naming the checkpoint; ``save_state``, ``load_state``,
 ``wait_for_checkpoint`` and ``end_training`` call it, so a failed background write is never lost and two saves
 never overlap.
@@ -22,9 +22,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from engine.checkpoint_io import CheckpointError
-from engine.checkpoint_save import SaveJob
-from engine.checkpoint_snapshot import SnapshotBuffers
+from engine.checkpoint.io import CheckpointError
+from engine.checkpoint.save import SaveJob
+from engine.checkpoint.snapshot import SnapshotBuffers
 from engine.state import PartialState
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 save / load pre-hooks.
 
 Where Accelerate writes straight into the final folder and unpickles everything, Ember commits each checkpoint
-atomically (``engine.checkpointing``), loads nothing with full pickle unless ``allow_unsafe_pickle=True``, and
+atomically (``engine.checkpoint.folders``), loads nothing with full pickle unless ``allow_unsafe_pickle=True``, and
 restores the data loaders' positions, pending gradients and ``project_configuration.iteration`` too.
 """
 
@@ -18,17 +18,18 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from engine import checkpointing as folders
 from engine.backends.base import holds_shards
-from engine.checkpoint_async import AsyncCheckpointer
-from engine.checkpoint_io import (
+from engine.checkpoint import folders
+from engine.checkpoint.async_save import AsyncCheckpointer
+from engine.checkpoint.checksum import default_algorithm, hash_file
+from engine.checkpoint.io import (
     CorruptCheckpointError,
     atomic_write,
     save_safetensors,
     save_torch,
 )
-from engine.checkpoint_save import Failure, PrunePlan, SaveJob, describe, first_failure, raise_agreed
-from engine.checkpoint_state import (
+from engine.checkpoint.save import Failure, PrunePlan, SaveJob, describe, first_failure, raise_agreed
+from engine.checkpoint.state import (
     CapturedState,
     LoadedCheckpoint,
     capture_state,
@@ -36,7 +37,6 @@ from engine.checkpoint_state import (
     read_checkpoint,
     restore_gradients,
 )
-from engine.checksum import default_algorithm, hash_file
 from engine.config import ProjectConfiguration
 from engine.operations import broadcast_object_list, gather_object
 from engine.random import capture_rng_state, restore_rng_state
@@ -516,8 +516,8 @@ class CheckpointingMixin:
         (``model-00001-of-00002.safetensors``, ``model.safetensors.index.json``) when larger than
         ``max_shard_size``.
         """
-        from engine.checkpoint_io import parse_size
-        from engine.model_saving import write_model
+        from engine.checkpoint.io import parse_size
+        from engine.checkpoint.model_saving import write_model
 
         limit = parse_size(max_shard_size)
         if os.path.isfile(save_directory):

@@ -7,7 +7,7 @@ was hashed with, so a checkpoint written on a machine with ``xxhash`` states wha
 ``xxh3_64x16m`` (the default) hashes each 16 MiB chunk of the file (at offsets ``k * 16 MiB``) with xxh3-64 and
 the chunks' 8-byte digests, in order, once more. Unlike one hash over the whole file it can be checked by several
 threads at once, and each chunk right after it is read into memory, while it is still in the CPU cache
-(``engine.checkpoint_direct.read_torch_file``): checking then costs no second trip through memory. Files
+(``engine.checkpoint.direct.read_torch_file``): checking then costs no second trip through memory. Files
 recorded with plain ``xxh3_64`` (Ember 0.1) or ``crc32`` are still verified.
 """
 

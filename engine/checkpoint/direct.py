@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import _SAFETENSORS_DTYPES, ALIASES_KEY, mismatch
-from engine.checksum import CHUNK_BYTES, CHUNKED, FileRecord, chunk_hasher, combine_chunks
+from engine.checkpoint.checksum import CHUNK_BYTES, CHUNKED, FileRecord, chunk_hasher, combine_chunks
+from engine.checkpoint.io import _SAFETENSORS_DTYPES, ALIASES_KEY, mismatch
 
 _DTYPES = {code: dtype for dtype, code in _SAFETENSORS_DTYPES.items()}
 _DEFAULT_LOAD = torch.nn.Module._load_from_state_dict
@@ -65,7 +65,7 @@ def read_into_module(model: torch.nn.Module, path: str, strict: bool = True, poo
     """Read the safetensors file ``path`` directly into ``model``'s tensors; False (nothing changed) if declined.
 
     >>> import tempfile
-    >>> from engine.checkpoint_io import save_safetensors
+    >>> from engine.checkpoint.io import save_safetensors
     >>> path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
     >>> saved = torch.nn.Linear(2, 2)
     >>> _ = save_safetensors(saved.state_dict(), path)

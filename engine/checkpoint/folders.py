@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-from engine.checkpoint_io import CorruptCheckpointError, fsync_dir, mismatch, save_bytes
-from engine.checksum import FileRecord, start_hashing
+from engine.checkpoint.checksum import FileRecord, start_hashing
+from engine.checkpoint.io import CorruptCheckpointError, fsync_dir, mismatch, save_bytes
 from engine.version import __version__
 
 MANIFEST_NAME = "manifest.json"

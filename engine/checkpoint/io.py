@@ -1,7 +1,7 @@
 """Checkpoint file I/O: durable writes that checksum as they go, safetensors without copies, safe loading.
 
 Every checkpoint file is written once, through ``DurableWriter``: bytes go straight from tensor memory to the
-file descriptor (no Python-side copy), their checksum (``engine.checksum``) is computed on a worker thread
+file descriptor (no Python-side copy), their checksum (``engine.checkpoint.checksum``) is computed on a worker thread
 while the write runs (hashing and ``os.write`` both release the GIL), and the file is fsynced on close. So the
 manifest's checksums cost no extra pass over the data, and most of the fsync overlaps with writing.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.checksum import CHUNK_BYTES, FileRecord, default_algorithm, new_hasher
+from engine.checkpoint.checksum import CHUNK_BYTES, FileRecord, default_algorithm, new_hasher
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -82,7 +82,7 @@ class DurableWriter:
         pool: an executor with two threads: one hashes each large chunk while the main thread writes it, the
             other starts writing back what is already written (``fdatasync``) while the next chunks are written.
             None does both inline, at close.
-        algorithm: the checksum (``engine.checksum.ALGORITHMS``); by default xxh3_64x16m if xxhash is
+        algorithm: the checksum (``engine.checkpoint.checksum.ALGORITHMS``); by default xxh3_64x16m if xxhash is
             installed, else crc32.
     """
 

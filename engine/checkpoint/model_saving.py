@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
-from engine.checkpoint_io import atomic_write, dedupe_shared, save_bytes, save_safetensors, save_torch
+from engine.checkpoint.io import atomic_write, dedupe_shared, save_bytes, save_safetensors, save_torch
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

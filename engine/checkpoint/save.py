@@ -1,8 +1,8 @@
 """The second half of ``save_state``: write a captured state, agree across ranks, commit, prune.
 
-``save_state`` decides the folder names and captures the state (``engine.checkpoint_state.capture_state``) in the
+``save_state`` decides the folder names and captures the state (``engine.checkpoint.state.capture_state``) in the
 caller; ``SaveJob.run`` does the rest, either right away (a synchronous save) or on the background writer thread
-(``engine.checkpoint_async``). Both follow one protocol: every rank writes its files into the temporary folder;
+(``engine.checkpoint.async_save``). Both follow one protocol: every rank writes its files into the temporary folder;
 every rank learns whether any rank failed (so none hangs and none commits a partial checkpoint); the checkpoint
 writer writes the manifest and commits with one atomic rename; the rank's agree again on the commit; only then
 are old checkpoints pruned. A failure anywhere removes the temporary folder and raises on every rank.
@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
-from engine.checkpoint_state import CapturedState, write_state
-from engine.checksum import FileRecord, default_algorithm, hash_file
+from engine.checkpoint import folders
+from engine.checkpoint.checksum import FileRecord, default_algorithm, hash_file
+from engine.checkpoint.io import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
+from engine.checkpoint.state import CapturedState, write_state
 
 _PARALLEL_FILES = 3  # model, optimizer and the small files: more streams gain nothing on one disk
 Gather = Callable[[Any], list[Any]]

@@ -7,7 +7,7 @@ File names follow Accelerate's layout so tools that look for them find them. Wri
 * ``scheduler.bin``, ``scheduler_1.bin`` ...: ``scheduler.state_dict()``
 * ``scaler.pt``: ``GradScaler.state_dict()``
 * ``custom_checkpoint_{i}.pkl``: ``state_dict()`` of the i-th object given to ``register_for_checkpointing``
-* ``manifest.json``: size and checksum of every file, step, iteration, world size (``engine.checkpointing``)
+* ``manifest.json``: size and checksum of every file, step, iteration, world size (``engine.checkpoint.folders``)
 
 Written by each rank ``r`` for itself:
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_direct import read_torch_file
-from engine.checkpoint_io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
-from engine.checkpointing import check_file, check_sizes, read_manifest, start_checksums
-from engine.checksum import CHUNKED, FileRecord
+from engine.checkpoint.checksum import CHUNKED, FileRecord
+from engine.checkpoint.direct import read_torch_file
+from engine.checkpoint.folders import check_file, check_sizes, read_manifest, start_checksums
+from engine.checkpoint.io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
 
 SCALER_NAME = "scaler.pt"
 
@@ -80,7 +80,7 @@ class CapturedState:
     """What one rank writes into a checkpoint, as ``state_dict()`` values taken at the moment of the save.
 
     ``weights`` .. ``custom`` (the shared state) are empty on ranks that do not write it. The values may be the
-    live tensors (a synchronous save writes them at once) or a snapshot of them (``engine.checkpoint_snapshot``).
+    live tensors (a synchronous save writes them at once) or a snapshot of them (``engine.checkpoint.snapshot``).
     """
 
     step: int
@@ -211,7 +211,7 @@ def read_checkpoint(folder: str, manifest: dict[str, Any], *, rank: int, num_mod
 
     The small, pickled files come first, so a file that needs ``allow_unsafe_pickle`` is reported before the
     large ones are read. Optimizer states (and ``.bin`` weights) bound for CPU are read by ``pool``'s threads
-    side by side (``engine.checkpoint_direct.read_torch_file``); the files in ``check_while_reading`` (from
+    side by side (``engine.checkpoint.direct.read_torch_file``); the files in ``check_while_reading`` (from
     ``checked_while_read``) are verified as they are read (``CorruptCheckpointError`` if one differs).
     """
     files = manifest["files"]
@@ -319,11 +319,11 @@ def restore_gradients(model: torch.nn.Module, grads: Mapping[str, torch.Tensor] 
         if saved is None:
             param.grad = None
         elif hasattr(param, "device_mesh"):  # an FSDP2 (DTensor) parameter: the file holds this rank's shard
-            from engine.fsdp import set_local_grad
+            from engine.backends.fsdp import set_local_grad
 
             set_local_grad(param, saved)
         elif saved.shape != param.shape:  # a shard saved by a sharded layout (FSDP2, tensor parallelism)
-            from engine.fsdp import gradient_layout_error
+            from engine.backends.fsdp import gradient_layout_error
 
             raise gradient_layout_error(name, tuple(saved.shape), tuple(param.shape))
         elif param.grad is not None and param.grad.shape == saved.shape and param.grad.dtype == saved.dtype:

@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from engine.data_lookahead import ahead_snapshots, collate_again
-from engine.data_state import _PreparedLoader
+from engine.data.lookahead import ahead_snapshots, collate_again
+from engine.data.samplers import _consume
+from engine.data.state import _PreparedLoader
 from engine.operations import (
     broadcast,
     broadcast_object_list,
@@ -21,7 +22,6 @@ from engine.operations import (
     recursively_apply,
     send_to_device,
 )
-from engine.samplers import _consume
 from engine.state import PartialState
 
 

@@ -21,12 +21,9 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from engine.data_dispatch import DataLoaderDispatcher, slice_tensors
-from engine.data_lookahead import ahead_snapshots, collate_again
-from engine.data_state import _draw_loader_seed, _PreparedLoader, _user_worker_init
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
-from engine.operations import send_to_device
-from engine.samplers import (
+from engine.data.dispatch import DataLoaderDispatcher, slice_tensors
+from engine.data.lookahead import ahead_snapshots, collate_again
+from engine.data.samplers import (
     BatchSamplerShard,
     IterableDatasetShard,
     SeedableRandomSampler,
@@ -34,6 +31,9 @@ from engine.samplers import (
     _consume,
     _split_error,
 )
+from engine.data.state import _draw_loader_seed, _PreparedLoader, _user_worker_init
+from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
+from engine.operations import send_to_device
 from engine.state import PartialState
 
 __all__ = ["BatchSamplerShard", "DataLoaderDispatcher", "DataLoaderShard", "IterableDatasetShard",

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from engine.data_lookahead import as_saved
-from engine.data_workers import (
+from engine.data.lookahead import as_saved
+from engine.data.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor
+from engine.data.workers import (
     DEFAULT_WORKER_TIMEOUT_S,
     LoaderWorkerTimeout,
     WorkerStacks,
@@ -30,7 +31,6 @@ from engine.data_workers import (
     worker_timeout_of,
 )
 from engine.random import RawRNGState, synchronize_rng_states
-from engine.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor
 from engine.state import GradientState, PartialState
 
 _M64 = (1 << 64) - 1

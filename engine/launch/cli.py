@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from engine.environment import describe
-from engine.launch import add_launch_commands, config_report
-from engine.launch_config import LaunchSettingError
-from engine.launch_settings import unknown_flag_message
+from engine.launch.config import LaunchSettingError
+from engine.launch.settings import unknown_flag_message
+from engine.launch.torchrun import add_launch_commands, config_report
 
 # What `ember env` lists: the required packages, then each optional one Ember can use (its extra, or the backend
 # being added), so a bug report says at once which are there. Each entry: (name shown, distributions tried).

@@ -2,7 +2,7 @@
 
 The file lives at ``$EMBER_CONFIG_FILE`` or, by default, ``~/.cache/ember/default_config.yaml`` (under
 ``$XDG_CACHE_HOME`` when that is set). Flags given to ``ember launch`` win over the file; the file wins over the
-built-in defaults (``engine.launch_settings`` merges them, and reads ``accelerate config`` files too).
+built-in defaults (``engine.launch.settings`` merges them, and reads ``accelerate config`` files too).
 
 >>> LaunchConfig(nproc_per_node=2, mixed_precision="bf16").to_dict()["mixed_precision"]
 'bf16'

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from engine.imports import is_cuda_available
-from engine.launcher_watch import LAUNCHER_PID_VARIABLE, watch_launcher
+from engine.launch.watch import LAUNCHER_PID_VARIABLE, watch_launcher
 from engine.state import AcceleratorState, PartialState
 
 _PRECISIONS = ("no", "fp16", "bf16")
@@ -149,7 +149,7 @@ def notebook_launcher(function: Callable[..., Any], args: tuple[Any, ...] = (), 
     # the Accelerator reads. As `ember launch`: with the c10d rendezvous, workers sharing the agent's store can read the previous attempt's
     # addresses after an elastic restart and fail to connect (pytorch/pytorch#135712); a store per attempt avoids it.
     share_store = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    # The workers exit within a second if this process dies (engine.launcher_watch).
+    # The workers exit within a second if this process dies (engine.launch.watch).
     with patch_environment(accelerate_mixed_precision=mixed_precision, master_addr=master_addr,
                            master_port=use_port, torch_disable_share_rdzv_tcp_store=share_store,
                            **{LAUNCHER_PID_VARIABLE: os.getpid()}):

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from engine.launch_config import (
+from engine.launch.config import (
     DEEPSPEED_VARIABLES,
     PARALLELISM_VARIABLES,
     LaunchConfig,

@@ -12,7 +12,7 @@ promptly, so torchrun tears the whole group down within seconds instead of waiti
     ember launch --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-endpoint node0:29400 train.py
     ember launch --num_processes 8 --num_machines 2 --machine_rank 0 --main_process_ip node0 train.py  # the same
 
-Every flag takes torchrun's spelling and ``accelerate launch``'s (``engine.launch_settings``), and ``--config-file``
+Every flag takes torchrun's spelling and ``accelerate launch``'s (``engine.launch.settings``), and ``--config-file``
 reads the file ``accelerate config`` writes as well as Ember's.
 """
 
@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from engine.launch_config import (
+from engine.launch.config import (
     DEEPSPEED_VARIABLES,
     PARALLELISM_DEFAULTS,
     PARALLELISM_VARIABLES,
@@ -39,8 +39,8 @@ from engine.launch_config import (
     read_config_file,
     save_config,
 )
-from engine.launch_settings import is_accelerate_config, load_settings_file, resolve_aliases, settings_from
-from engine.launcher_watch import LAUNCHER_PID_VARIABLE
+from engine.launch.settings import is_accelerate_config, load_settings_file, resolve_aliases, settings_from
+from engine.launch.watch import LAUNCHER_PID_VARIABLE
 
 EXIT_GRACE_S = 5.0  # after a failure, at most this long for atexit handlers before the process is ended
 # Errors a rank sees when another rank died under it: secondary, reported in one line, not as a traceback.
@@ -108,7 +108,7 @@ def launch(config: LaunchConfig, script: str, script_args: Sequence[str], module
     # can read the previous attempt's addresses from it and fail to connect (pytorch/pytorch#135712). A store
     # of their own per attempt avoids that; the user can still opt back in by setting the variable to 0.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    # The workers watch this process and exit within a second of its death (engine.launcher_watch): the agent
+    # The workers watch this process and exit within a second of its death (engine.launch.watch): the agent
     # starts them in sessions of their own, so nothing else would end them if it were killed.
     os.environ[LAUNCHER_PID_VARIABLE] = str(os.getpid())
     try:
@@ -313,7 +313,3 @@ def run_script(argv: Sequence[str]) -> int:
         _exit_soon(1)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_script(sys.argv[1:]))

@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from engine.activation_checkpointing import clean_name
 from engine.config import KwargsHandler
 from engine.environment import EngineEnvironment
 from engine.imports import is_torchao_available
 from engine.keywords import suggest_keywords
+from engine.memory.activation_checkpointing import clean_name
 
 MIN_TORCHAO = "0.6.1"
 _EXTRA = 'pip install "ember-train[fp8]"'

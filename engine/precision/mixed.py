@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from engine.config import AutocastKwargs, GradScalerKwargs
-from engine.cpu_features import bf16_slowdown_note, cpu_flags
-from engine.fp8 import require_torchao
 from engine.operations import convert_outputs_to_fp32
+from engine.precision.cpu_features import bf16_slowdown_note, cpu_flags
+from engine.precision.fp8 import require_torchao
 
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
-# fp8 (torchao's Float8Linear, engine.fp8) runs inside a bf16 autocast, as in Accelerate.
+# fp8 (torchao's Float8Linear, engine.precision.fp8) runs inside a bf16 autocast, as in Accelerate.
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 
 

@@ -86,7 +86,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
     mixed-precision forward wrapper (``Accelerator.unwrap_model`` under Accelerate's ``utils`` name)."""
     bare = unwrap(model, keep_torch_compile=keep_torch_compile)
     if not keep_fp32_wrapper:
-        from engine.precision import unwrap_forward
+        from engine.precision.mixed import unwrap_forward
 
         unwrap_forward(unwrap(bare, keep_torch_compile=False))
     return bare

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.optimizer import AcceleratedOptimizer
+from engine.prepare.optimizer import AcceleratedOptimizer
 from engine.state import GradientState, PartialState
 
 

@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from engine import DataLoaderConfiguration
-from engine.data_loader import prepare_data_loader
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout
+from engine.data.loader import prepare_data_loader
+from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout
 
 
 def never_returns() -> None:

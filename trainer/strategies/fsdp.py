@@ -21,6 +21,6 @@ class FSDPStrategy:
         self.plugin_kwargs = plugin_kwargs
 
     def accelerator_kwargs(self) -> dict[str, Any]:
-        from engine.fsdp import FullyShardedDataParallelPlugin  # lazy: keeps `import trainer` cheap
+        from engine.backends.fsdp import FullyShardedDataParallelPlugin  # lazy: keeps `import trainer` cheap
 
         return {"fsdp_plugin": FullyShardedDataParallelPlugin(**self.plugin_kwargs)}

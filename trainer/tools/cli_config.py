@@ -81,7 +81,7 @@ def finished_run_best(trainer: Any) -> str | None:
     ``"best"`` cannot come from it; the finished run wrote its top-k record into every checkpoint.
     """
     from callbacks import ModelCheckpoint
-    from engine.checkpointing import committed_checkpoints
+    from engine.checkpoint.folders import committed_checkpoints
     from trainer.checkpoint.loading import read_entry
 
     callbacks = trainer.checkpoint_callbacks
