@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
 
 from engine import operations
-from engine.accelerator_tracking import TrackingMixin
 from engine.backends import Backend, select_backend
 from engine.backends.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
-from engine.backends.mesh import MeshMixin, resolve_parallelism
-from engine.checkpoint.checkpointer import CheckpointingMixin
+from engine.backends.mesh import default_fsdp_plugin, resolve_parallelism
+from engine.backends.parallelism_config import ParallelismConfig
+from engine.checkpoint.checkpointer import Checkpointer
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -31,6 +32,8 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
     merge_dataloader_config,
+    resolve_accumulation_plugin,
+    sort_kwargs_handlers,
 )
 from engine.environment import EngineEnvironment
 from engine.keywords import suggest_keywords
@@ -39,16 +42,18 @@ from engine.precision.mixed import (
     autocast_context,
     check_autocast_support,
     make_grad_scaler,
+    unscale_gradients,
     validate_precision,
-    wrap_forward,
 )
 from engine.prepare.optimizer import AcceleratedOptimizer
-from engine.prepare.parallel import extract_model_from_parallel, unwrap
-from engine.prepare.preparable import check_preparable, is_scheduler
+from engine.prepare.parallel import extract_model_from_parallel
+from engine.prepare.preparer import PrepareOptions, Preparer
+from engine.prepare.registry import PreparedObjects
 from engine.prepare.scheduler import AcceleratedScheduler
-from engine.process_control import ProcessControlMixin
+from engine.process_control import ProcessControl
 from engine.state import AcceleratorState, DistributedType, GradientState
-from engine.tracking.profiler import ProfileKwargs, ProfilerMixin
+from engine.tracking.hub import TrackerHub
+from engine.tracking.profiler import ProfileKwargs, profile
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
@@ -56,8 +61,12 @@ _UNSUPPORTED = "Ember supports DDP, FSDP2 (FullyShardedDataParallelPlugin) and D
 
 
 @suggest_keywords
-class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, ProfilerMixin, MeshMixin):
+class Accelerator:
     """Prepares models, optimizers, schedulers and data loaders for the current distributed setup and precision.
+
+    A host of owned parts, each with one job, to which its methods delegate: the backend (what differs between
+    backends, and the device mesh), the registry of what was prepared, the preparer, the checkpointer, the
+    trackers and process control.
 
     >>> accelerator = Accelerator(cpu=True)
     >>> model = accelerator.prepare(torch.nn.Linear(2, 1))
@@ -89,7 +98,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         if project_dir is not None and self.project_configuration.project_dir is None:  # the config wins
             self.project_configuration.set_directories(project_dir)
 
-        handlers = self._sort_kwargs_handlers(kwargs_handlers or [])
+        handlers = sort_kwargs_handlers(kwargs_handlers or [], (DistributedDataParallelKwargs, GradScalerKwargs,
+                                       InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs, AORecipeKwargs))
         self.ddp_handler: DistributedDataParallelKwargs | None = handlers.get(DistributedDataParallelKwargs)
         self.scaler_handler: GradScalerKwargs | None = handlers.get(GradScalerKwargs)
         self.init_handler: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
@@ -98,9 +108,7 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         init_kwargs = self.init_handler.to_kwargs() if self.init_handler is not None else {}
 
         if fsdp_plugin is None and environment.use_fsdp:
-            from engine.backends.fsdp import FullyShardedDataParallelPlugin
-
-            fsdp_plugin = FullyShardedDataParallelPlugin()
+            fsdp_plugin = default_fsdp_plugin()
         deepspeed_plugin, mixed_precision = choose_deepspeed_plugin(deepspeed_plugin, environment, fsdp_plugin,
                                                                     mixed_precision)
         parallelism_config, fsdp_plugin = resolve_parallelism(parallelism_config, environment, fsdp_plugin,
@@ -117,15 +125,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
                  if v is not _UNSET}
         self.dataloader_config = merge_dataloader_config(dataloader_config, given)
 
-        if gradient_accumulation_plugin is not None:
-            if gradient_accumulation_steps != 1:
-                raise ValueError(f"Both gradient_accumulation_steps={gradient_accumulation_steps} and a "
-                                 "GradientAccumulationPlugin were given: set the number of steps in the plugin only.")
-        else:
-            # Parsed from text as Accelerate does: 2.0 or True is a ValueError, "2" is accepted.
-            env_steps = environment.gradient_accumulation_steps
-            steps = int(env_steps if env_steps is not None else str(gradient_accumulation_steps))
-            gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
+        gradient_accumulation_plugin = resolve_accumulation_plugin(gradient_accumulation_plugin,
+                                                                   gradient_accumulation_steps, environment)
         self.gradient_state = GradientState(gradient_accumulation_plugin=gradient_accumulation_plugin)
 
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -139,29 +140,18 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         self.fp8 = Fp8Training.create(precision, handlers.get(AORecipeKwargs), environment, self.is_fsdp2)
 
         self.step = 0
-        self.flag_tensor: torch.Tensor | None = None
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[DataLoader] = []
-        self._custom_objects: list[Any] = []
-        self._init_checkpointing()
-        self._init_tracking(log_with)
-
-    @staticmethod
-    def _sort_kwargs_handlers(handlers: list[KwargsHandler]) -> dict[type, Any]:
-        known = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs,
-                 ProfileKwargs, AORecipeKwargs)
-        found: dict[type, Any] = {}
-        for handler in handlers:
-            kind = next((k for k in known if isinstance(handler, k)), None)
-            if kind is None:
-                raise ValueError(f"Unsupported kwargs handler {handler!r}: pass instances of "
-                                 f"{', '.join(k.__name__ for k in known)}.")
-            if kind in found:
-                raise ValueError(f"You can only pass one {kind.__name__} in `kwargs_handlers`, got two.")
-            found[kind] = handler
-        return found
+        self.log_with = log_with
+        prepared = self._prepared = PreparedObjects()
+        # Accelerate's names for what was prepared (spec: "initial internals"): the registry's own lists, which
+        # it only ever empties in place.
+        self._models, self._optimizers, self._schedulers = prepared.models, prepared.optimizers, prepared.schedulers
+        self._dataloaders, self._custom_objects = prepared.dataloaders, prepared.custom
+        self._preparer = Preparer(self.state, self.backend, self._prepared, self.gradient_state, self.scaler,
+                                  self.fp8)
+        self._checkpointer = Checkpointer(self.state, self.project_configuration, self.backend, self._prepared,
+                                          self.gradient_state, self.scaler)
+        self._tracker_hub = TrackerHub(log_with, self.logging_dir, self.is_main_process)
+        self._processes = ProcessControl(self.state, self._use_distributed)
 
     # -- what the process is ----------------------------------------------------------------------------------
     @property
@@ -262,175 +252,81 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
-        return any(opt.step_was_skipped for opt in self._optimizers)
-
-    # -- prepare ----------------------------------------------------------------------------------------------
-    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
-        """Prepare each object for this setup and return them in the same order (a bare object if only one).
-
-        Data loaders, models and optimizers are prepared first; schedulers second, since they need the
-        prepared optimizers.
-        """
-        # After AcceleratorState._reset_state() this raises, in Accelerate's words (its own tests expect them).
-        self.state.mixed_precision  # noqa: B018
-        if device_placement is None:
-            device_placement = [None] * len(args)
-        elif len(device_placement) != len(args):
-            raise ValueError(f"`device_placement` has {len(device_placement)} entries but {len(args)} objects were "
-                             "passed to prepare(): give one bool per object.")
-        # Anything else (None for a missing scheduler, a tokenizer, ...) is returned unchanged, as in Accelerate,
-        # except objects that look preparable but would silently stay unprepared: those fail now.
-        for obj in args:
-            check_preparable(obj)
-        if self.backend.prepares_jointly:
-            return self._prepare_jointly(args, device_placement)
-        first = [self._prepare_one(obj, placement, first_pass=True) for obj, placement in zip(args, device_placement)]
-        result = [self._prepare_one(obj, placement) for obj, placement in zip(first, device_placement)]
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def _prepare_jointly(self, args: tuple[Any, ...], device_placement: list[Any]) -> Any:
-        """``prepare`` for a backend that builds the model, optimizer and scheduler together (DeepSpeed)."""
-        if any(placement is not None for placement in device_placement):
-            raise ValueError("You can't customize device placements with DeepSpeed or Megatron-LM.")
-        if sum(isinstance(obj, torch.nn.Module) for obj in args) > 1:  # Accelerate's type and words
-            raise AssertionError("You can't use same `Accelerator()` instance with multiple models when using "
-                                 "DeepSpeed")
-        result = [self._prepare_one(obj, None, first_pass=True) if isinstance(obj, DataLoader) else obj
-                  for obj in args]
-        from engine.backends.deepspeed_plugin import DummyOptim, DummyScheduler
-
-        model = next((obj for obj in result if isinstance(obj, torch.nn.Module)), None)
-        if model is None:
-            return result[0] if len(result) == 1 else tuple(result)
-        optimizer = next((obj for obj in result if isinstance(obj, (torch.optim.Optimizer, DummyOptim))), None)
-        scheduler = next((obj for obj in result if is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
-        # The DeepSpeed config's accumulation steps win over the Accelerator's (as in Accelerate, with a warning).
-        self.gradient_accumulation_steps = self.backend.accumulation_steps(self.gradient_accumulation_steps)
-        if self.native_amp:
-            wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
-        loaders = [obj for obj in args if isinstance(obj, DataLoader)]
-        prepared = self.backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.num_processes,
-                                        split_batches=self.split_batches)
-        self._models.append(prepared.engine)
-        prepared.engine._is_accelerate_prepared = True
-        swaps: dict[int, Any] = {id(model): prepared.engine}
-        if optimizer is not None and prepared.optimizer is not None:
-            self._optimizers.append(prepared.optimizer)
-            swaps[id(optimizer)] = prepared.optimizer
-        if scheduler is not None:
-            if not prepared.deepspeed_scheduler:  # a torch scheduler: stepped by the user, as under DDP
-                prepared.scheduler = AcceleratedScheduler(prepared.scheduler, self._optimizers,
-                                                          step_with_optimizer=self.step_scheduler_with_optimizer,
-                                                          split_batches=self.split_batches)
-                self._schedulers.append(prepared.scheduler)
-            swaps[id(scheduler)] = prepared.scheduler
-        self.deepspeed_config = self.state.deepspeed_plugin.deepspeed_config
-        result = [swaps.get(id(obj), obj) for obj in result]
-        return result[0] if len(result) == 1 else tuple(result)
+        return self._prepared.optimizer_step_was_skipped
 
     @property
     def deepspeed_plugin(self) -> DeepSpeedPlugin | None:
         """The ``DeepSpeedPlugin`` (None without DeepSpeed)."""
         return self.state.deepspeed_plugin
 
-    def _prepare_one(self, obj: Any, device_placement: bool | None, first_pass: bool = False) -> Any:
-        if getattr(obj, "_is_accelerate_prepared", False):
-            self._register_prepared(obj)
-            return obj
-        if first_pass:
-            if isinstance(obj, DataLoader):
-                return self.prepare_data_loader(obj, device_placement=device_placement)
-            if isinstance(obj, torch.nn.Module):
-                return self.prepare_model(obj, device_placement=device_placement)
-            if isinstance(obj, torch.optim.Optimizer):
-                return self.prepare_optimizer(obj, device_placement=device_placement)
-        elif is_scheduler(obj):
-            return self.prepare_scheduler(obj)
-        return obj
+    @property
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The DeepSpeed config the engine was built with (set by ``prepare``, as in Accelerate)."""
+        if self._preparer.deepspeed_config is None:
+            raise AttributeError("'Accelerator' object has no attribute 'deepspeed_config' (set by prepare()).")
+        return self._preparer.deepspeed_config
 
-    def _register_prepared(self, obj: Any) -> None:
-        registry: list[Any] | None = None
-        if isinstance(obj, AcceleratedOptimizer):
-            registry = self._optimizers
-        elif isinstance(obj, AcceleratedScheduler):
-            registry = self._schedulers
-        elif isinstance(obj, DataLoader):
-            registry = self._dataloaders
-        elif isinstance(obj, torch.nn.Module):
-            registry, obj = self._models, unwrap(obj, keep_torch_compile=False)
-        if registry is not None and not any(o is obj for o in registry):
-            registry.append(obj)
+    # -- the device mesh (the backend's) ----------------------------------------------------------------------
+    @property
+    def parallelism_config(self) -> ParallelismConfig | None:
+        return self.state.parallelism_config
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The ``DeviceMesh`` of the ``ParallelismConfig`` (``None`` without one, or when every size is 1)."""
+        return self.backend.mesh
+
+    # This process's place along each dimension of the mesh (0 where that dimension has size 1).
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return self.backend.mesh_rank("tp")
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.backend.mesh_rank("dp_replicate")
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return self.backend.mesh_rank("dp_shard")
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return self.backend.mesh_rank("cp")  # raises: Ember has no context parallelism (nor has Accelerate)
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return self.backend.mesh_rank("pp")  # raises: Ember has no pipeline parallelism (nor has Accelerate)
+
+    # -- prepare (the preparer's) -----------------------------------------------------------------------------
+    def _prepare_options(self) -> PrepareOptions:
+        return PrepareOptions(self.device_placement, self.dataloader_config, self.rng_types, self.dynamo_backend,
+                              self.step_scheduler_with_optimizer, self.native_amp, self.autocast_handler)
+
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare each object for this setup; returns them in the same order (a bare object if only one)."""
+        return self._preparer.prepare(args, device_placement, self._prepare_options())
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
         """Autocast wrapper (mixed precision), device placement, then DDP / FSDP2 and torch.compile."""
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
-        if device_placement is None:
-            device_placement = self.device_placement and self.backend.places_models
-        model = self.fp8.convert(model, self._optimizers)  # fp8: Float8Linear layers, before any wrapper
-        self._models.append(model)
-        if self.native_amp:
-            wrap_forward(model, self.device, self.mixed_precision, self.autocast_handler)
-        if device_placement:
-            model = model.to(self.device)
-        if not evaluation_mode:  # an evaluation-only model needs no gradient sync (nor sharding)
-            model = self.backend.wrap_model(model, [prepared.optimizer for prepared in self._optimizers])
-        if self.dynamo_backend != "no":
-            model = torch.compile(model, backend=self.dynamo_backend)
-        model._is_accelerate_prepared = True  # type: ignore[assignment]
-        return model
+        return self._preparer.prepare_model(model, device_placement, self._prepare_options(), evaluation_mode)
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
                           device_placement: bool | None = None) -> AcceleratedOptimizer:
-        if isinstance(optimizer, AcceleratedOptimizer):
-            self._register_prepared(optimizer)
-            return optimizer
-        if device_placement is None:
-            device_placement = self.device_placement
-        self.fp8.link(optimizer)  # fp8: to the converted weights first, which a backend may then replace in turn
-        self.backend.prepare_optimizer(optimizer, self._models)
-        prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
-                                        device=self.device)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
-        self._optimizers.append(prepared)
-        return prepared
+        return self._preparer.prepare_optimizer(optimizer, device_placement, self._prepare_options())
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        if isinstance(scheduler, AcceleratedScheduler):
-            self._register_prepared(scheduler)
-            return scheduler
-        inner = getattr(scheduler, "optimizer", None)
-        matching = [opt for opt in self._optimizers if opt.optimizer is inner]
-        prepared = AcceleratedScheduler(scheduler, matching or self._optimizers,
-                                        step_with_optimizer=self.step_scheduler_with_optimizer,
-                                        split_batches=self.split_batches)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
-        self._schedulers.append(prepared)
-        return prepared
+        return self._preparer.prepare_scheduler(scheduler, self._prepare_options())
 
     def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None,
                             slice_fn_for_dispatch: Callable[..., Any] | None = None) -> DataLoader:
         """Shard ``data_loader`` across processes (see ``engine.data.loader.prepare_data_loader``)."""
-        from engine.data.loader import prepare_data_loader
+        return self._preparer.prepare_data_loader(data_loader, device_placement, self._prepare_options(),
+                                                  slice_fn_for_dispatch)
 
-        if device_placement is None:
-            device_placement = self.device_placement
-        config = self.dataloader_config
-        shards, index = self.backend.data_shard()  # tensor-parallel processes share their batches
-        if config.dispatch_batches and shards != self.num_processes:
-            raise ValueError(f"dispatch_batches=True sends each process its own slice of rank 0's batch, but the "
-                             f"{self.num_processes} processes of this ParallelismConfig form {shards} data-parallel "
-                             "groups (tensor-parallel processes share batches): use dispatch_batches=False.")
-        prepared = prepare_data_loader(
-            data_loader, self.device, num_processes=shards, process_index=index,
-            split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
-            dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
-            slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
-            data_seed=config.data_seed, non_blocking=config.non_blocking, worker_timeout=config.worker_timeout)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
-        self._dataloaders.append(prepared)
-        return prepared
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load ``objects`` (anything with ``state_dict`` / ``load_state_dict``) with the checkpoint."""
+        self._prepared.register_for_checkpointing(*objects)
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """A loader over the same data that starts ``num_batches`` (per-process) batches later."""
@@ -498,14 +394,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
         """Divide the gradients by the fp16 loss scale (a no-op without a GradScaler)."""
-        if self.scaler is None:
-            return
-        if optimizer is None:
-            optimizers = self._optimizers
-        else:
-            optimizers = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
-        for opt in optimizers:
-            self.scaler.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+        if self.scaler is not None:
+            unscale_gradients(self.scaler, self._prepared.optimizers if optimizer is None else optimizer)
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """``torch.nn.utils.clip_grad_norm_`` on unscaled gradients; returns the total norm."""
@@ -532,29 +422,10 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """``gather``, minus the samples the sharded loader duplicated to even out the last batch."""
-        try:
-            operations.recursively_apply(lambda x: x, input_data, error_on_other_type=True)
-            all_tensors = True
-        except TypeError:
-            all_tensors = False
-        use_gather_object = use_gather_object or not all_tensors
-        # Over the data-parallel processes only: tensor-parallel ones hold the same results (Accelerate gathers
-        # them all, counting each tensor-parallel group's samples tp_size times).
-        group = self.backend.data_parallel_group()
-        if group == "local":
-            data = input_data
-        else:
-            data = (operations.gather_object(input_data, group=group) if use_gather_object
-                    else operations.gather(input_data, group=group))
-        if not self.gradient_state.end_of_dataloader:
-            return data
-        remainder = self.gradient_state.remainder
-        if remainder <= 0:
-            return data  # -1: unknown (nothing to drop that we know of); 0: no padding was added
-        if use_gather_object:
-            return data[:remainder]
-        # A 0-d tensor is only ever left so by a single process's gather, where nothing was padded.
-        return operations.first_samples(data, remainder)
+        # Over data-parallel processes only (Accelerate counts each tensor-parallel group's samples tp_size times).
+        gradient_state = self.gradient_state
+        return operations.gather_for_metrics(input_data, use_gather_object, self.backend.data_parallel_group(),
+                                             gradient_state.remainder if gradient_state.end_of_dataloader else -1)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """All-reduce across processes: ``"sum"`` (default), ``"mean"``, ``"max"``, ``"min"``; ``"none"`` is a no-op."""
@@ -565,12 +436,8 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
 
     # -- memory -----------------------------------------------------------------------------------------------
     def free_memory(self, *objects: Any) -> list[None]:
-        """Drop references to everything prepared (registered custom objects stay), collect garbage, reset
-        ``step``; returns ``[None] * len(objects)`` to assign back."""
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
+        """Forget everything prepared (registered objects stay), collect garbage, reset ``step``; ``[None] * n``."""
+        self._prepared.clear()
         self.step = 0
         gc.collect()
         if torch.cuda.is_available():
@@ -582,13 +449,152 @@ class Accelerator(ProcessControlMixin, CheckpointingMixin, TrackingMixin, Profil
         return self.free_memory(*objects)
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The model's state dict (of the bare module by default).
-
-        Under FSDP2 this is a collective (call it on every rank): the full state is gathered to rank 0, on the CPU,
-        and the other ranks get an empty dict (as in Accelerate).
-        """
+        """The model's state dict (of the bare module by default). Under FSDP2 a collective (call it on every rank):
+        gathered to rank 0, on the CPU; the other ranks get an empty dict (as in Accelerate)."""
         return self.backend.full_state_dict(self.unwrap_model(model) if unwrap else model)
 
     def verify_device_map(self, model: torch.nn.Module) -> bool:
         """Ember does not do big-model dispatch: a model never carries a multi-device map."""
         return getattr(model, "hf_device_map", None) is not None and len(set(model.hf_device_map.values())) > 1
+
+    # -- process control (the ProcessControl's) --------------------------------------------------------------
+    @property
+    def flag_tensor(self) -> torch.Tensor | None:
+        return self._processes.flag_tensor
+
+    @flag_tensor.setter
+    def flag_tensor(self, value: torch.Tensor | None) -> None:
+        self._processes.flag_tensor = value
+
+    def wait_for_everyone(self) -> None:
+        self._processes.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self._processes.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self._processes.local_main_process_first()
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager[Any]:
+        return self._processes.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        self._processes.print(*args, **kwargs)
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._processes.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._processes.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return self._processes.on_last_process(function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        return self._processes.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function: Callable[..., Any] | None = None,
+                         local_process_index: int | None = None) -> Any:
+        return self._processes.on_local_process(function, local_process_index=local_process_index)
+
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next ``check_trigger`` returns True on every process."""
+        self._processes.set_trigger()
+
+    def check_trigger(self) -> bool:
+        """True on all processes if any process called ``set_trigger`` since the last check (then resets it)."""
+        return self._processes.check_trigger()
+
+    def join_uneven_inputs(self, joinables: list[Any],
+                           even_batches: bool | None = None) -> contextlib.AbstractContextManager[None]:
+        """``torch.distributed.algorithms.Join`` over ``joinables`` for uneven inputs (multi-GPU DDP only)."""
+        return self._processes.join_uneven_inputs(joinables, self._prepared.dataloaders, even_batches)
+
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Profile the block with ``torch.profiler``; ``profile_handler`` overrides the Accelerator's."""
+        return profile(profile_handler or self.profile_handler, self.process_index, self.wait_for_everyone)
+
+    # -- checkpoints (the Checkpointer's) ---------------------------------------------------------------------
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
+                   async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save everything needed to resume exactly, committed atomically; see ``Checkpointer.save_state``."""
+        return self._checkpointer.save_state(output_dir, safe_serialization, step=self.step, async_save=async_save,
+                                             include_gradients=include_gradients, local_parts=local_parts,
+                                             **save_model_func_kwargs)
+
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
+                   *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> str:
+        """Restore everything ``save_state`` saved, exactly; returns the folder loaded (``Checkpointer.load_state``)."""
+        folder, self.step = self._checkpointer.load_state(
+            input_dir, load_kwargs, allow_unsafe_pickle=allow_unsafe_pickle, **load_model_func_kwargs)
+        return folder
+
+    def wait_for_checkpoint(self) -> str | None:
+        """Block until the asynchronous save in flight (if any) is committed; returns its folder, or None."""
+        return self._checkpointer.wait_for_checkpoint()
+
+    @property
+    def checkpoint_snapshot_bytes(self) -> int:
+        """Host memory held for asynchronous saves (the state's snapshot buffers, reused by every save)."""
+        return self._checkpointer.checkpoint_snapshot_bytes
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` before the models are written; returns a removable handle."""
+        return self._checkpointer.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` before the models are loaded; returns a removable handle."""
+        return self._checkpointer.register_load_state_pre_hook(hook)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` (or safetensors) ``obj`` to ``f`` once per machine, replacing ``f`` atomically."""
+        self._checkpointer.save(obj, f, safe_serialization)
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+        """Save the bare model's weights for inference (sharded above ``max_shard_size``)."""
+        self._checkpointer.save_model(lambda: self.get_state_dict(model), save_directory, max_shard_size,
+                                      safe_serialization)
+
+    # -- trackers (the TrackerHub's) --------------------------------------------------------------------------
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Start every tracker for ``project_name`` and store ``config`` as the run configuration."""
+        self._tracker_hub.init(project_name, config=config, init_kwargs=init_kwargs)
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Log ``values`` at ``step`` to every tracker (``log_kwargs[tracker_name]`` passed through)."""
+        self._tracker_hub.log(values, step=step, log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its raw run object with ``unwrap``); a blank tracker on other ranks."""
+        return self._tracker_hub.get(name, unwrap=unwrap)
+
+    @property
+    def trackers(self) -> list[Any]:
+        return self._tracker_hub.trackers
+
+    def finish_trackers(self) -> None:
+        """Finish every tracker but keep the process group (``end_training`` does both); safe to call twice."""
+        self._tracker_hub.finish()
+
+    def tracker_state_dict(self) -> dict[str, dict[str, Any]]:
+        """The trackers' run identities by name (JSON-able), for ``load_tracker_state_dict`` after a resume."""
+        return self._tracker_hub.state_dict()
+
+    def load_tracker_state_dict(self, states: dict[str, dict[str, Any]]) -> None:
+        """Continue the runs ``tracker_state_dict`` named; call before ``init_trackers`` (it raises after)."""
+        self._tracker_hub.load_state_dict(states)
+
+    def end_training(self) -> None:
+        """Wait for an asynchronous save in flight, finish every tracker, then destroy the process group unless it
+        was adopted (Ray Train's, the user's own): its owner still needs it, unlike in Accelerate."""
+        try:
+            self.wait_for_checkpoint()
+        finally:
+            self._tracker_hub.finish()
+            if not self.state.adopted_process_group:
+                self.state.destroy_process_group()

@@ -286,3 +286,31 @@ def merge_dataloader_config(config: DataLoaderConfiguration | None, given: dict[
                              f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
                              "DataLoaderConfiguration).")
     return config
+
+
+def sort_kwargs_handlers(handlers: list[KwargsHandler], known: tuple[type, ...]) -> dict[type, Any]:
+    """``handlers`` by their kind (one of ``known``); an unknown kind, or two of one kind, is refused."""
+    found: dict[type, Any] = {}
+    for handler in handlers:
+        kind = next((k for k in known if isinstance(handler, k)), None)
+        if kind is None:
+            raise ValueError(f"Unsupported kwargs handler {handler!r}: pass instances of "
+                             f"{', '.join(k.__name__ for k in known)}.")
+        if kind in found:
+            raise ValueError(f"You can only pass one {kind.__name__} in `kwargs_handlers`, got two.")
+        found[kind] = handler
+    return found
+
+
+def resolve_accumulation_plugin(plugin: GradientAccumulationPlugin | None, steps: int,
+                                environment: Any) -> GradientAccumulationPlugin:
+    """The plugin an Accelerator runs with: the one given, else one of ``steps`` micro-steps (the launcher's
+    ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS`` in ``environment``, an ``EngineEnvironment``, wins)."""
+    if plugin is not None:
+        if steps != 1:
+            raise ValueError(f"Both gradient_accumulation_steps={steps} and a GradientAccumulationPlugin were "
+                             "given: set the number of steps in the plugin only.")
+        return plugin
+    # Parsed from text as Accelerate does: 2.0 or True is a ValueError, "2" is accepted.
+    env_steps = environment.gradient_accumulation_steps
+    return GradientAccumulationPlugin(num_steps=int(env_steps if env_steps is not None else str(steps)))

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from engine.backends.mesh import mesh_rank
 from engine.checkpoint.direct import read_into_module
 from engine.checkpoint.io import CheckpointError
 from engine.prepare.parallel import unwrap
@@ -63,6 +64,13 @@ class Backend:
 
     def __init__(self, state: AcceleratorState) -> None:
         self.state = state
+        #: The ``DeviceMesh`` this backend runs on (a ``ParallelismConfig``'s; None without one, or when every size
+        #: is 1): the tensor-parallel backend splits and shards over it, and every backend answers rank questions.
+        self.mesh: Any = state.device_mesh
+
+    def mesh_rank(self, dimension: str) -> int:
+        """This process's rank along ``dimension`` of the mesh (``"tp"``, ``"dp_replicate"``, ``"dp_shard"``)."""
+        return mesh_rank(self.state.parallelism_config, self.mesh, dimension)
 
     # -- models and optimizers ----------------------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> torch.nn.Module:

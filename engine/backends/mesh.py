@@ -1,6 +1,6 @@
-"""The Accelerator's device-mesh surface (Accelerate's names): the ``ParallelismConfig`` it runs with, its mesh,
-and each process's rank along the mesh's dimensions; and ``resolve_parallelism``, what a new Accelerator makes
-of a ``ParallelismConfig`` before its state exists."""
+"""The device mesh a backend runs on: ``resolve_parallelism``, what a new Accelerator makes of a
+``ParallelismConfig`` before its state exists, and ``mesh_rank``, each process's rank along the mesh's
+dimensions (what ``Backend.mesh_rank`` answers for ``accelerator.tensor_parallel_rank`` and the like)."""
 
 from __future__ import annotations
 
@@ -36,57 +36,35 @@ def resolve_parallelism(config: Any, environment: EngineEnvironment, fsdp_plugin
                          "for two ways to split the model: DeepSpeed ZeRO shards over every process itself. Use "
                          "one of them.")
     if config.dp_shard_enabled and fsdp_plugin is None:
-        from engine.backends.fsdp import FullyShardedDataParallelPlugin
-
-        fsdp_plugin = FullyShardedDataParallelPlugin()  # dp_shard is FSDP2: its defaults (the root as one unit)
+        fsdp_plugin = default_fsdp_plugin()  # dp_shard is FSDP2: its defaults (the root as one unit)
     return config, fsdp_plugin
 
 
-class MeshMixin:
-    """``parallelism_config``, ``torch_device_mesh`` and the per-dimension ranks of an Accelerator."""
+def default_fsdp_plugin() -> Any:
+    """A ``FullyShardedDataParallelPlugin`` with its defaults (imported only when asked for: FSDP2's imports
+    cost about a second)."""
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
-    state: Any
+    return FullyShardedDataParallelPlugin()
 
-    @property
-    def parallelism_config(self) -> ParallelismConfig | None:
-        return self.state.parallelism_config
 
-    @property
-    def torch_device_mesh(self) -> Any:
-        """The ``DeviceMesh`` of the ``ParallelismConfig`` (``None`` without one, or when every size is 1)."""
-        return self.state.device_mesh
+# The dimensions a rank is asked along: the config's flag that the dimension is split, and its name in errors.
+_DIMENSIONS = {"tp": ("tp_enabled", "Tensor parallelism"),
+               "dp_replicate": ("dp_replicate_enabled", "Data parallelism"),
+               "dp_shard": ("dp_shard_enabled", "Shard-based data parallelism")}
+_UNSUPPORTED = {"cp": "Context parallelism is not supported in Ember (nor in Accelerate): there is no "
+                      "context-parallel rank. See ParallelismConfig(cp_size=...).",
+                "pp": "Pipeline parallelism is not supported in Ember (nor in Accelerate): there is no "
+                      "pipeline-parallel rank."}
 
-    def _mesh_rank(self, dimension: str, enabled: bool, what: str) -> int:
-        if self.parallelism_config is None:
-            raise RuntimeError(f"{what} is not configured. Set `parallelism_config` first.")
-        return self.torch_device_mesh.get_local_rank(dimension) if enabled else 0
 
-    @property
-    def tensor_parallel_rank(self) -> int:
-        """This process's place in its tensor-parallel group (0 when ``tp_size`` is 1)."""
-        config = self.parallelism_config
-        return self._mesh_rank("tp", config is not None and config.tp_enabled, "Tensor parallelism")
-
-    @property
-    def data_parallel_rank(self) -> int:
-        """This process's replica along ``dp_replicate`` (0 when ``dp_replicate_size`` is 1)."""
-        config = self.parallelism_config
-        return self._mesh_rank("dp_replicate", config is not None and config.dp_replicate_enabled,
-                               "Data parallelism")
-
-    @property
-    def data_parallel_shard_rank(self) -> int:
-        """This process's shard along ``dp_shard`` (0 when ``dp_shard_size`` is 1)."""
-        config = self.parallelism_config
-        return self._mesh_rank("dp_shard", config is not None and config.dp_shard_enabled,
-                               "Shard-based data parallelism")
-
-    @property
-    def context_parallel_rank(self) -> int:
-        raise NotImplementedError("Context parallelism is not supported in Ember (nor in Accelerate): there is no "
-                                  "context-parallel rank. See ParallelismConfig(cp_size=...).")
-
-    @property
-    def pipeline_parallel_rank(self) -> int:
-        raise NotImplementedError("Pipeline parallelism is not supported in Ember (nor in Accelerate): there is no "
-                                  "pipeline-parallel rank.")
+def mesh_rank(config: ParallelismConfig | None, mesh: Any, dimension: str) -> int:
+    """This process's place along ``dimension`` (``"tp"``, ``"dp_replicate"``, ``"dp_shard"``) of ``mesh``, the
+    ``DeviceMesh`` of ``config``: 0 where that dimension is not split; an error without a config, and for the
+    dimensions Ember does not split along (``"cp"``, ``"pp"``)."""
+    if dimension in _UNSUPPORTED:
+        raise NotImplementedError(_UNSUPPORTED[dimension])
+    enabled, what = _DIMENSIONS[dimension]
+    if config is None:
+        raise RuntimeError(f"{what} is not configured. Set `parallelism_config` first.")
+    return mesh.get_local_rank(dimension) if getattr(config, enabled) else 0

@@ -41,7 +41,6 @@ class ModelParallel(FSDP2):
         config = state.parallelism_config
         assert isinstance(config, ParallelismConfig) and state.device_mesh is not None
         self.config = config
-        self.mesh = state.device_mesh
         self.distributed_type = state.distributed_type
         # Checkpoints: DCP shards unless an FSDP plugin asks for full files (the Trainer's
         # save_distributed_checkpoint=False passes one).

@@ -1,5 +1,5 @@
-"""The Accelerator's checkpoint API: ``save_state`` / ``load_state``, ``save``, ``save_model``, registration and
-save / load pre-hooks.
+"""``Checkpointer``: the part of an Accelerator that takes its checkpoints (``save_state`` / ``load_state``,
+``save``, ``save_model`` and the save / load pre-hooks); the Accelerator's methods of those names call it.
 
 Where Accelerate writes straight into the final folder and unpickles everything, Ember commits each checkpoint
 atomically (``engine.checkpoint.folders``), loads nothing with full pickle unless ``allow_unsafe_pickle=True``, and
@@ -13,12 +13,12 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from engine.backends.base import holds_shards
+from engine.backends.base import Backend, holds_shards
 from engine.checkpoint import folders
 from engine.checkpoint.async_save import AsyncCheckpointer
 from engine.checkpoint.checksum import default_algorithm, hash_file
@@ -38,39 +38,45 @@ from engine.checkpoint.state import (
     restore_gradients,
 )
 from engine.config import ProjectConfiguration
+from engine.gradient_state import GradientState
 from engine.operations import broadcast_object_list, gather_object
+from engine.prepare.registry import PreparedObjects
 from engine.random import capture_rng_state, restore_rng_state
+from engine.state import AcceleratorState
 
 
-class CheckpointingMixin:
-    """``save_state`` / ``load_state``, ``save``, ``save_model``, ``register_for_checkpointing`` and pre-hooks."""
+class Restored(NamedTuple):
+    """What ``Checkpointer.load_state`` loaded: the folder, and the Accelerator's step it holds."""
 
-    _models: list[torch.nn.Module]
-    _optimizers: list[Any]
-    _schedulers: list[Any]
-    _dataloaders: list[Any]
-    _custom_objects: list[Any]
-    scaler: Any
+    folder: str
     step: int
-    state: Any
-    gradient_state: Any
-    project_configuration: ProjectConfiguration
-    backend: Any  # engine.backends.Backend: how models and optimizers are written and read
 
-    def _init_checkpointing(self) -> None:
+
+class Checkpointer:
+    """An Accelerator's checkpoints: ``save_state`` / ``load_state``, ``save``, ``save_model`` and the save / load
+    pre-hooks.
+
+    Args:
+        state: the process's state (ranks, device, process group).
+        project_configuration: where automatic checkpoints go, how many are kept, who writes.
+        backend: how models and optimizers are written and read (full files, or the backend's own shards).
+        prepared: the objects whose state a checkpoint holds, in the order they were prepared.
+        gradient_state: whether this step closes the accumulation window (a backend may refuse to save inside).
+        scaler: the fp16 ``GradScaler`` saved and restored with the rest (None without one).
+    """
+
+    def __init__(self, state: AcceleratorState, project_configuration: ProjectConfiguration, backend: Backend,
+                 prepared: PreparedObjects, gradient_state: GradientState, scaler: Any) -> None:
+        self.state = state
+        self.project_configuration = project_configuration
+        self.backend = backend
+        self.prepared = prepared
+        self.gradient_state = gradient_state
+        self.scaler = scaler
         self._save_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
         self._load_model_state_pre_hook: OrderedDict[int, Callable[..., None]] = OrderedDict()
         self._resumed_from: str | None = None  # never pruned: the run may still need to go back to it
-        self._async_checkpointer: AsyncCheckpointer | None = None  # created by the first async_save
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Save and load ``objects`` (anything with ``state_dict`` / ``load_state_dict``) with the checkpoint."""
-        invalid = [f"- item at index {i}, `{type(obj).__name__}`" for i, obj in enumerate(objects)
-                   if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)))]
-        if invalid:
-            raise ValueError("All `objects` must include a `state_dict` and `load_state_dict` function to be stored. "
-                             "The following inputs are invalid:\n" + "\n".join(invalid))
-        self._custom_objects.extend(objects)
+        self.async_checkpointer: AsyncCheckpointer | None = None  # created by the first async_save
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` before the models are written; returns a removable handle.
@@ -116,9 +122,10 @@ class CheckpointingMixin:
 
     # -- save -------------------------------------------------------------------------------------------------
     def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
-                   async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
+                   step: int, async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
                    **save_model_func_kwargs: Any) -> str:
-        """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects.
+        """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects;
+        ``step`` is the Accelerator's micro-step counter at the call (restored by ``load_state``).
 
         The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
         checksums in ``manifest.json`` and committed by one atomic rename. With
@@ -191,10 +198,10 @@ class CheckpointingMixin:
         job = SaveJob(final=final, temp=temp, number=number, rank=self.state.process_index,
                       world_size=self.state.num_processes,
                       writer=self.state.is_main_process if local_parts else self._is_checkpoint_writer,
-                      state=CapturedState(step=self.step, rng=rng_state), prune=prune, local_parts=local_parts)
+                      state=CapturedState(step=step, rng=rng_state), prune=prune, local_parts=local_parts)
         error: BaseException | None = None
         try:
-            job.state = self._capture(job, rng_state, safe_serialization, async_save, custom, custom_error,
+            job.state = self._capture(job, step, rng_state, safe_serialization, async_save, custom, custom_error,
                                       include_gradients)
         except Exception as err:  # noqa: BLE001 - shared with every rank (by the job, or just below)
             error = err
@@ -204,7 +211,7 @@ class CheckpointingMixin:
                 if (job.writer or local_parts) and os.path.isdir(temp):
                     folders.remove_folder(temp)
                 self._raise_agreed(failure, error)
-            checkpointer = self._async_checkpointer
+            checkpointer = self.async_checkpointer
             assert checkpointer is not None
             checkpointer.start(job)
         else:
@@ -215,40 +222,40 @@ class CheckpointingMixin:
     def _capture_custom(self) -> tuple[list[Any], Exception | None]:
         """Every registered object's ``state_dict()``, or the error one of them raised."""
         try:
-            return [obj.state_dict() for obj in self._custom_objects], None
+            return [obj.state_dict() for obj in self.prepared.custom], None
         except Exception as error:  # noqa: BLE001 - raised on every rank by _capture, after its collectives
             return [], error
 
-    def _capture(self, job: SaveJob, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
+    def _capture(self, job: SaveJob, step: int, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
                  custom: list[Any], custom_error: Exception | None, gradients: bool = True) -> CapturedState:
         """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
         # Weights and hooks run on every rank (gathering a sharded model's state is collective). The backend may
         # write models and optimizers as per-rank shards instead (FSDP2 with SHARDED_STATE_DICT).
         backend = self.backend
-        to_save = backend.models_to_save(self._models, self._optimizers, self.gradient_state.sync_gradients)
+        to_save = backend.models_to_save(self.prepared.models, self.prepared.optimizers, self.gradient_state.sync_gradients)
         weights = to_save.weights
         os.makedirs(job.temp, exist_ok=True)  # with save_on_each_node, each node's disk needs its own
         checkpointer = None
         if async_save:
-            if self._async_checkpointer is None:
-                self._async_checkpointer = AsyncCheckpointer()
-            checkpointer = self._async_checkpointer
+            if self.async_checkpointer is None:
+                self.async_checkpointer = AsyncCheckpointer()
+            checkpointer = self.async_checkpointer
             checkpointer.group(self.state.use_distributed)  # a collective: before anything that may fail
         if to_save.sharded:  # a collective: before anything that could fail on one rank only
             if checkpointer is None:
-                for name in backend.write_shards(job.temp, self._models, self._optimizers, self.state.process_index):
+                for name in backend.write_shards(job.temp, self.prepared.models, self.prepared.optimizers, self.state.process_index):
                     job.records[name] = hash_file(os.path.join(job.temp, name), default_algorithm())
             else:
                 job.shard_files = backend.write_shards_async(
-                    job.temp, self._models, self._optimizers, self.state.process_index,
+                    job.temp, self.prepared.models, self.prepared.optimizers, self.state.process_index,
                     lambda name: checkpointer.shard_channel(name, self.state.use_distributed))
         if custom_error is not None:  # user code too: may have failed on one rank only
             raise custom_error
         for hook in self._save_model_state_pre_hook.values():  # user code: may fail on one rank only
-            hook(self._models, weights, job.temp)
-        state = capture_state(step=self.step, rng_state=rng_state, models=self._models,
-                              dataloaders=self._dataloaders, shared=job.writer, weights=weights,
-                              optimizers=to_save.optimizers, schedulers=self._schedulers, scaler=self.scaler,
+            hook(self.prepared.models, weights, job.temp)
+        state = capture_state(step=step, rng_state=rng_state, models=self.prepared.models,
+                              dataloaders=self.prepared.dataloaders, shared=job.writer, weights=weights,
+                              optimizers=to_save.optimizers, schedulers=self.prepared.schedulers, scaler=self.scaler,
                               custom=custom, safe_serialization=safe_serialization, gradients=gradients)
         if checkpointer is None:
             return state
@@ -266,7 +273,7 @@ class CheckpointingMixin:
 
         Raises ``CheckpointError`` naming the checkpoint if its background write failed.
         """
-        checkpointer = self._async_checkpointer
+        checkpointer = self.async_checkpointer
         return None if checkpointer is None else checkpointer.wait()
 
     @property
@@ -276,7 +283,7 @@ class CheckpointingMixin:
         FSDP2 shards saved with SHARDED_STATE_DICT are staged by torch.distributed.checkpoint's own stager
         (also reused between saves) and are not counted here.
         """
-        checkpointer = self._async_checkpointer
+        checkpointer = self.async_checkpointer
         return 0 if checkpointer is None else checkpointer.buffers.nbytes
 
     def _check_same_folder(self, output_dir: str | os.PathLike[str] | None) -> None:
@@ -345,8 +352,8 @@ class CheckpointingMixin:
 
     # -- load -------------------------------------------------------------------------------------------------
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
-                   *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> str:
-        """Restore everything ``save_state`` saved, exactly; returns the folder loaded.
+                   *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> Restored:
+        """Restore everything ``save_state`` saved, exactly; returns the folder loaded and the step it holds.
 
         Without ``input_dir`` (automatic naming), the newest committed checkpoint is loaded; if it is corrupted,
         the previous one is, with a warning. ``project_configuration.iteration`` continues after the loaded one.
@@ -366,19 +373,21 @@ class CheckpointingMixin:
             map_location = self.state.device
         candidates = self._load_candidates(input_dir)
         strict = bool(options.get("strict", True))
+        steps: dict[str, int] = {}  # by folder: the one that verified is the one returned
         # Two threads read, and check, side by side: loading is bound by memory bandwidth, not by one core.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-load") as pool:
             def load(folder: str) -> None:
-                self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool), strict, pool,
-                            allow_unsafe_pickle)
+                steps[folder] = self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool),
+                                            strict, pool, allow_unsafe_pickle)
 
             if input_dir is not None:  # an explicit folder is never swapped for another
                 load(candidates[0])
-                return candidates[0]
-            return folders.load_first_intact(
+                return Restored(candidates[0], steps[candidates[0]])
+            folder = folders.load_first_intact(
                 load, candidates, context="load_state()",
                 advice=f"Delete or move the damaged folders out of {os.path.dirname(candidates[0])} to start afresh, "
                        "or load one of them by path with a copy of its files that verifies.")
+            return Restored(folder, steps[folder])
 
     def _load_candidates(self, input_dir: str | os.PathLike[str] | None) -> list[str]:
         config = self.project_configuration
@@ -430,15 +439,15 @@ class CheckpointingMixin:
                     "that never finished, or a folder not written by Ember's save_state).")
             folders.check_sizes(folder, manifest)
             check = self.state.is_local_main_process
-            counts = {"num_models": len(self._models),
-                      "num_optimizers": 0 if holds_shards(manifest) else len(self._optimizers)}
+            counts = {"num_models": len(self.prepared.models),
+                      "num_optimizers": 0 if holds_shards(manifest) else len(self.prepared.optimizers)}
             in_read = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
             checked = folders.start_checksums(folder, manifest, pool, skip=in_read) if check else None
             try:
                 loaded = read_checkpoint(
                     folder, manifest, rank=self.state.process_index, **counts,
-                    num_schedulers=len(self._schedulers), num_dataloaders=len(self._dataloaders),
-                    num_custom=len(self._custom_objects), allow_unsafe_pickle=allow_unsafe_pickle,
+                    num_schedulers=len(self.prepared.schedulers), num_dataloaders=len(self.prepared.dataloaders),
+                    num_custom=len(self.prepared.custom), allow_unsafe_pickle=allow_unsafe_pickle,
                     map_location=map_location, pool=pool, check_while_reading=in_read)
             finally:
                 if checked is not None:
@@ -452,39 +461,41 @@ class CheckpointingMixin:
         return loaded
 
     def _apply(self, loaded: LoadedCheckpoint, strict: bool, pool: Executor | None = None,
-               allow_unsafe_pickle: bool = False) -> None:
-        """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards."""
-        models = list(self._models)
+               allow_unsafe_pickle: bool = False) -> int:
+        """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards.
+        Returns the Accelerator's step the checkpoint holds."""
+        models = list(self.prepared.models)
         for hook in self._load_model_state_pre_hook.values():
             hook(models, loaded.folder)
         # Shards (any number of processes may have written them) or full files, into sharded models or not.
         self.backend.load_models(loaded.folder, loaded.manifest, loaded.models, loaded.model_files, models,
-                                 loaded.optimizers, self._optimizers, self._models, strict, pool, allow_unsafe_pickle)
-        for i, model in enumerate(self._models):
+                                 loaded.optimizers, self.prepared.optimizers, self.prepared.models, strict, pool, allow_unsafe_pickle)
+        for i, model in enumerate(self.prepared.models):
             restore_gradients(model, loaded.gradients.get(i))
-        for scheduler, state in zip(self._schedulers, loaded.schedulers):
+        for scheduler, state in zip(self.prepared.schedulers, loaded.schedulers):
             scheduler.load_state_dict(state)
         if self.scaler is not None and loaded.scaler is not None:
             self.scaler.load_state_dict(loaded.scaler)
-        for obj, state in zip(self._custom_objects, loaded.custom):
+        for obj, state in zip(self.prepared.custom, loaded.custom):
             obj.load_state_dict(state)
         if loaded.world_size != self.state.num_processes:
             warnings.warn(f"Checkpoint {loaded.folder} was saved by {loaded.world_size} processes and is loaded by "
                           f"{self.state.num_processes}: RNG states and data positions are restored only for ranks "
                           "that existed, so the run will not continue exactly as before.", stacklevel=3)
         for i, state in loaded.dataloaders.items():
-            loader = self._dataloaders[i]
+            loader = self.prepared.dataloaders[i]
             if callable(getattr(loader, "load_state_dict", None)):
                 loader.load_state_dict(state)
         if loaded.rng is not None:
-            self.step = int(loaded.rng["step"])
+            step = int(loaded.rng["step"])
             restore_rng_state(loaded.rng["rng"])
         else:
-            self.step = int(loaded.manifest.get("step", 0))
+            step = int(loaded.manifest.get("step", 0))
         self._resumed_from = loaded.folder
         number = folders.checkpoint_number(loaded.folder)
         if self.project_configuration.automatic_checkpoint_naming and number is not None:
             self.project_configuration.iteration = number + 1
+        return step
 
     # -- single files -----------------------------------------------------------------------------------------
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
@@ -510,11 +521,13 @@ class CheckpointingMixin:
         else:
             atomic_write(f, lambda path: save_torch(obj, path))
 
-    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],
-                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+    def save_model(self, full_state_dict: Callable[[], dict[str, torch.Tensor]],
+                   save_directory: str | os.PathLike[str], max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
         """Save the bare model's weights for inference: ``model.safetensors``, or shards plus an index file
         (``model-00001-of-00002.safetensors``, ``model.safetensors.index.json``) when larger than
-        ``max_shard_size``.
+        ``max_shard_size``. ``full_state_dict`` gives the bare model's weights (a collective under FSDP2: every
+        rank calls it, after the arguments are checked).
         """
         from engine.checkpoint.io import parse_size
         from engine.checkpoint.model_saving import write_model
@@ -523,6 +536,6 @@ class CheckpointingMixin:
         if os.path.isfile(save_directory):
             raise ValueError(f"save_model(save_directory={os.fspath(save_directory)!r}) is a file: give a "
                              "directory.")
-        state_dict = self.get_state_dict(model)  # every rank: gathering a sharded model is collective
+        state_dict = full_state_dict()  # every rank: gathering a sharded model is collective
         if self._is_checkpoint_writer:
             write_model(state_dict, os.fspath(save_directory), limit, safe_serialization)

@@ -27,7 +27,7 @@ from engine.keywords import suggest_keywords
 if TYPE_CHECKING:
     from torch.profiler import profile as TorchProfile
 
-__all__ = ["PROFILE_PATTERN_NAME", "ProfileKwargs", "ProfilerMixin"]
+__all__ = ["PROFILE_PATTERN_NAME", "ProfileKwargs", "profile"]
 
 PROFILE_PATTERN_NAME = "profile_{suffix}.json"  # Accelerate's name: one Chrome trace per process index
 
@@ -100,27 +100,21 @@ class ProfileKwargs(KwargsHandler):
                                       with_modules=self.with_modules)
 
 
-class ProfilerMixin:
-    """``Accelerator.profile()``."""
+@contextlib.contextmanager
+def profile(handler: ProfileKwargs | None, process_index: int,
+            wait_for_everyone: Callable[[], None]) -> Iterator[TorchProfile]:
+    """Profile the block with ``torch.profiler``; yields the profiler (``prof.step()``, ``key_averages()``).
 
-    profile_handler: ProfileKwargs | None
-    process_index: int
-    wait_for_everyone: Callable[[], None]  # ProcessControlMixin's barrier
-
-    @contextlib.contextmanager
-    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[TorchProfile]:
-        """Profile the block with ``torch.profiler``; yields the profiler (``prof.step()``, ``key_averages()``).
-
-        ``profile_handler`` overrides the ``ProfileKwargs`` given to the Accelerator. With ``output_trace_dir``,
-        every process writes its Chrome trace there when the block ends, then waits for the others (so call it
-        on every process).
-        """
-        handler = profile_handler or self.profile_handler or ProfileKwargs()
-        with handler.build() as profiler:
-            yield profiler
-        if handler.output_trace_dir is None:
-            return
-        os.makedirs(handler.output_trace_dir, exist_ok=True)
-        profiler.export_chrome_trace(os.path.join(handler.output_trace_dir,
-                                                  PROFILE_PATTERN_NAME.format(suffix=self.process_index)))
-        self.wait_for_everyone()
+    ``handler``: the settings (defaults without one). With ``output_trace_dir``, every process writes its Chrome
+    trace there when the block ends (named by ``process_index``), then calls ``wait_for_everyone`` (so call it
+    on every process).
+    """
+    handler = handler or ProfileKwargs()
+    with handler.build() as profiler:
+        yield profiler
+    if handler.output_trace_dir is None:
+        return
+    os.makedirs(handler.output_trace_dir, exist_ok=True)
+    profiler.export_chrome_trace(os.path.join(handler.output_trace_dir,
+                                              PROFILE_PATTERN_NAME.format(suffix=process_index)))
+    wait_for_everyone()

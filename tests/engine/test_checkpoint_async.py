@@ -165,7 +165,7 @@ def test_snapshot_buffers_are_allocated_once_reused_and_reported(tmp_path: Path)
     optimizer.zero_grad()
     assert acc.checkpoint_snapshot_bytes == 0
     acc.save_state(async_save=True)
-    buffers = acc._async_checkpointer.buffers  # type: ignore[union-attr]
+    buffers = acc._checkpointer.async_checkpointer.buffers  # type: ignore[union-attr]
     pointers = {path: b.data_ptr() for path, b in buffers._buffers.items()}
     state_bytes = 3 * sum(p.numel() * 4 for p in model.parameters())  # weights, exp_avg, exp_avg_sq
     assert state_bytes <= acc.checkpoint_snapshot_bytes < state_bytes + 64 * 1024
