@@ -146,10 +146,9 @@ class Accelerator:
         # it only ever empties in place.
         self._models, self._optimizers, self._schedulers = prepared.models, prepared.optimizers, prepared.schedulers
         self._dataloaders, self._custom_objects = prepared.dataloaders, prepared.custom
-        self._preparer = Preparer(self.state, self.backend, self._prepared, self.gradient_state, self.scaler,
-                                  self.fp8)
-        self._checkpointer = Checkpointer(self.state, self.project_configuration, self.backend, self._prepared,
-                                          self.gradient_state, self.scaler)
+        self._preparer = Preparer(self.state, prepared, self.gradient_state, self.scaler, self.fp8)
+        self._checkpointer = Checkpointer(self.state, self.project_configuration, prepared, self.gradient_state,
+                                          self.scaler)
         self._tracker_hub = TrackerHub(log_with, self.logging_dir, self.is_main_process)
         self._processes = ProcessControl(self.state, self._use_distributed)
 
@@ -299,7 +298,7 @@ class Accelerator:
 
     # -- prepare (the preparer's) -----------------------------------------------------------------------------
     def _prepare_options(self) -> PrepareOptions:
-        return PrepareOptions(self.device_placement, self.dataloader_config, self.rng_types, self.dynamo_backend,
+        return PrepareOptions(self.backend, self.device_placement, self.dataloader_config, self.rng_types, self.dynamo_backend,
                               self.step_scheduler_with_optimizer, self.native_amp, self.autocast_handler)
 
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -520,15 +519,16 @@ class Accelerator:
                    async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
                    **save_model_func_kwargs: Any) -> str:
         """Save everything needed to resume exactly, committed atomically; see ``Checkpointer.save_state``."""
-        return self._checkpointer.save_state(output_dir, safe_serialization, step=self.step, async_save=async_save,
-                                             include_gradients=include_gradients, local_parts=local_parts,
-                                             **save_model_func_kwargs)
+        return self._checkpointer.save_state(output_dir, safe_serialization, step=self.step, backend=self.backend,
+                                             async_save=async_save, include_gradients=include_gradients,
+                                             local_parts=local_parts, **save_model_func_kwargs)
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
                    *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> str:
         """Restore everything ``save_state`` saved, exactly; returns the folder loaded (``Checkpointer.load_state``)."""
         folder, self.step = self._checkpointer.load_state(
-            input_dir, load_kwargs, allow_unsafe_pickle=allow_unsafe_pickle, **load_model_func_kwargs)
+            input_dir, load_kwargs, backend=self.backend, allow_unsafe_pickle=allow_unsafe_pickle,
+            **load_model_func_kwargs)
         return folder
 
     def wait_for_checkpoint(self) -> str | None:

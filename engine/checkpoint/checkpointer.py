@@ -59,17 +59,15 @@ class Checkpointer:
     Args:
         state: the process's state (ranks, device, process group).
         project_configuration: where automatic checkpoints go, how many are kept, who writes.
-        backend: how models and optimizers are written and read (full files, or the backend's own shards).
         prepared: the objects whose state a checkpoint holds, in the order they were prepared.
         gradient_state: whether this step closes the accumulation window (a backend may refuse to save inside).
         scaler: the fp16 ``GradScaler`` saved and restored with the rest (None without one).
     """
 
-    def __init__(self, state: AcceleratorState, project_configuration: ProjectConfiguration, backend: Backend,
+    def __init__(self, state: AcceleratorState, project_configuration: ProjectConfiguration,
                  prepared: PreparedObjects, gradient_state: GradientState, scaler: Any) -> None:
         self.state = state
         self.project_configuration = project_configuration
-        self.backend = backend
         self.prepared = prepared
         self.gradient_state = gradient_state
         self.scaler = scaler
@@ -122,10 +120,11 @@ class Checkpointer:
 
     # -- save -------------------------------------------------------------------------------------------------
     def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, *,
-                   step: int, async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
+                   step: int, backend: Backend, async_save: bool = False, include_gradients: bool = True, local_parts: bool = False,
                    **save_model_func_kwargs: Any) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states, data positions and registered objects;
-        ``step`` is the Accelerator's micro-step counter at the call (restored by ``load_state``).
+        ``step`` is the Accelerator's micro-step counter at the call (restored by ``load_state``); ``backend``
+        writes the models and optimizers (full files, or its own shards).
 
         The folder appears complete or not at all: files go to a temporary sibling, are fsynced, listed with their
         checksums in ``manifest.json`` and committed by one atomic rename. With
@@ -201,7 +200,7 @@ class Checkpointer:
                       state=CapturedState(step=step, rng=rng_state), prune=prune, local_parts=local_parts)
         error: BaseException | None = None
         try:
-            job.state = self._capture(job, step, rng_state, safe_serialization, async_save, custom, custom_error,
+            job.state = self._capture(job, step, backend, rng_state, safe_serialization, async_save, custom, custom_error,
                                       include_gradients)
         except Exception as err:  # noqa: BLE001 - shared with every rank (by the job, or just below)
             error = err
@@ -226,12 +225,11 @@ class Checkpointer:
         except Exception as error:  # noqa: BLE001 - raised on every rank by _capture, after its collectives
             return [], error
 
-    def _capture(self, job: SaveJob, step: int, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
+    def _capture(self, job: SaveJob, step: int, backend: Backend, rng_state: dict[str, Any], safe_serialization: bool, async_save: bool,
                  custom: list[Any], custom_error: Exception | None, gradients: bool = True) -> CapturedState:
         """Run the collective parts and the pre-hooks, and take the state (a snapshot of it for ``async_save``)."""
         # Weights and hooks run on every rank (gathering a sharded model's state is collective). The backend may
         # write models and optimizers as per-rank shards instead (FSDP2 with SHARDED_STATE_DICT).
-        backend = self.backend
         to_save = backend.models_to_save(self.prepared.models, self.prepared.optimizers, self.gradient_state.sync_gradients)
         weights = to_save.weights
         os.makedirs(job.temp, exist_ok=True)  # with save_on_each_node, each node's disk needs its own
@@ -352,8 +350,9 @@ class Checkpointer:
 
     # -- load -------------------------------------------------------------------------------------------------
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
-                   *, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> Restored:
-        """Restore everything ``save_state`` saved, exactly; returns the folder loaded and the step it holds.
+                   *, backend: Backend, allow_unsafe_pickle: bool = False, **load_model_func_kwargs: Any) -> Restored:
+        """Restore everything ``save_state`` saved, exactly (``backend`` reads the models and optimizers); returns
+        the folder loaded and the step it holds.
 
         Without ``input_dir`` (automatic naming), the newest committed checkpoint is loaded; if it is corrupted,
         the previous one is, with a warning. ``project_configuration.iteration`` continues after the loaded one.
@@ -378,7 +377,7 @@ class Checkpointer:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-load") as pool:
             def load(folder: str) -> None:
                 steps[folder] = self._apply(self._read_agreed(folder, allow_unsafe_pickle, map_location, pool),
-                                            strict, pool, allow_unsafe_pickle)
+                                            backend, strict, pool, allow_unsafe_pickle)
 
             if input_dir is not None:  # an explicit folder is never swapped for another
                 load(candidates[0])
@@ -460,7 +459,7 @@ class Checkpointer:
         assert loaded is not None
         return loaded
 
-    def _apply(self, loaded: LoadedCheckpoint, strict: bool, pool: Executor | None = None,
+    def _apply(self, loaded: LoadedCheckpoint, backend: Backend, strict: bool, pool: Executor | None = None,
                allow_unsafe_pickle: bool = False) -> int:
         """Load what was read into the live objects; RNG states last, so nothing draws from them afterwards.
         Returns the Accelerator's step the checkpoint holds."""
@@ -468,7 +467,7 @@ class Checkpointer:
         for hook in self._load_model_state_pre_hook.values():
             hook(models, loaded.folder)
         # Shards (any number of processes may have written them) or full files, into sharded models or not.
-        self.backend.load_models(loaded.folder, loaded.manifest, loaded.models, loaded.model_files, models,
+        backend.load_models(loaded.folder, loaded.manifest, loaded.models, loaded.model_files, models,
                                  loaded.optimizers, self.prepared.optimizers, self.prepared.models, strict, pool, allow_unsafe_pickle)
         for i, model in enumerate(self.prepared.models):
             restore_gradients(model, loaded.gradients.get(i))

@@ -29,9 +29,10 @@ from engine.state import AcceleratorState
 
 @dataclass(frozen=True)
 class PrepareOptions:
-    """The Accelerator's settings ``prepare`` reads, as they are at the call (Accelerate's attributes, which a
-    script may change after building the Accelerator)."""
+    """The Accelerator's backend and the settings ``prepare`` reads, as they are at the call (Accelerate's
+    attributes, which a script may change after building the Accelerator)."""
 
+    backend: Backend  # what differs between backends: wrapping, sharding data, DeepSpeed's joint preparation
     device_placement: bool
     dataloader_config: DataLoaderConfiguration
     rng_types: list[str]
@@ -46,17 +47,15 @@ class Preparer:
 
     Args:
         state: the process's state (device, processes, precision).
-        backend: what differs between backends (wrapping, sharding, DeepSpeed's joint preparation).
         prepared: the registry every prepared object is recorded in.
         gradient_state: the accumulation window (DeepSpeed's config may set its length at prepare).
         scaler: the fp16 ``GradScaler`` the optimizers step through (None without one).
         fp8: fp8 training (a no-op unless ``mixed_precision="fp8"``).
     """
 
-    def __init__(self, state: AcceleratorState, backend: Backend, prepared: PreparedObjects,
-                 gradient_state: GradientState, scaler: Any, fp8: Fp8Training) -> None:
+    def __init__(self, state: AcceleratorState, prepared: PreparedObjects, gradient_state: GradientState,
+                 scaler: Any, fp8: Fp8Training) -> None:
         self.state = state
-        self.backend = backend
         self.prepared = prepared
         self.gradient_state = gradient_state
         self.scaler = scaler
@@ -79,7 +78,7 @@ class Preparer:
         # except objects that look preparable but would silently stay unprepared: those fail now.
         for obj in args:
             check_preparable(obj)
-        if self.backend.prepares_jointly:
+        if options.backend.prepares_jointly:
             return self._prepare_jointly(args, placements, options)
         first = [self._prepare_one(obj, placement, options, first_pass=True) for obj, placement in zip(args, placements)]
         result = [self._prepare_one(obj, placement, options) for obj, placement in zip(first, placements)]
@@ -102,12 +101,12 @@ class Preparer:
         optimizer = next((obj for obj in result if isinstance(obj, (torch.optim.Optimizer, DummyOptim))), None)
         scheduler = next((obj for obj in result if is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
         # The DeepSpeed config's accumulation steps win over the Accelerator's (as in Accelerate, with a warning).
-        self.gradient_state.num_steps = self.backend.accumulation_steps(self.gradient_state.num_steps)
+        self.gradient_state.num_steps = options.backend.accumulation_steps(self.gradient_state.num_steps)
         if options.native_amp:
             wrap_forward(model, self.state.device, self.state.mixed_precision, options.autocast_handler)
         loaders = [obj for obj in args if isinstance(obj, DataLoader)]
         split_batches = options.dataloader_config.split_batches
-        prepared = self.backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.state.num_processes,
+        prepared = options.backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.state.num_processes,
                                         split_batches=split_batches)
         self.prepared.models.append(prepared.engine)
         prepared.engine._is_accelerate_prepared = True
@@ -150,7 +149,7 @@ class Preparer:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"prepare_model() needs a torch.nn.Module, got {type(model).__name__}.")
         if device_placement is None:
-            device_placement = options.device_placement and self.backend.places_models
+            device_placement = options.device_placement and options.backend.places_models
         model = self.fp8.convert(model, self.prepared.optimizers)  # fp8: Float8Linear layers, before any wrapper
         self.prepared.models.append(model)
         if options.native_amp:
@@ -158,7 +157,7 @@ class Preparer:
         if device_placement:
             model = model.to(self.state.device)
         if not evaluation_mode:  # an evaluation-only model needs no gradient sync (nor sharding)
-            model = self.backend.wrap_model(model, [prepared.optimizer for prepared in self.prepared.optimizers])
+            model = options.backend.wrap_model(model, [prepared.optimizer for prepared in self.prepared.optimizers])
         if options.dynamo_backend != "no":
             model = torch.compile(model, backend=options.dynamo_backend)
         model._is_accelerate_prepared = True  # type: ignore[assignment]
@@ -172,7 +171,7 @@ class Preparer:
         if device_placement is None:
             device_placement = options.device_placement
         self.fp8.link(optimizer)  # fp8: to the converted weights first, which a backend may then replace in turn
-        self.backend.prepare_optimizer(optimizer, self.prepared.models)
+        options.backend.prepare_optimizer(optimizer, self.prepared.models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.state.device)
         prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
@@ -202,7 +201,7 @@ class Preparer:
             device_placement = options.device_placement
         config = options.dataloader_config
         num_processes = self.state.num_processes
-        shards, index = self.backend.data_shard()  # tensor-parallel processes share their batches
+        shards, index = options.backend.data_shard()  # tensor-parallel processes share their batches
         if config.dispatch_batches and shards != num_processes:
             raise ValueError(f"dispatch_batches=True sends each process its own slice of rank 0's batch, but the "
                              f"{num_processes} processes of this ParallelismConfig form {shards} data-parallel "
