@@ -108,13 +108,13 @@ class ProcessControl:
         from torch.distributed.algorithms import Join
 
         loaders = [dl for dl in dataloaders if hasattr(dl, "set_even_batches")]
-        previous = [dl.even_batches for dl in loaders]  # type: ignore[attr-defined]
+        previous = [dl.even_batches for dl in loaders]
         if even_batches is not None:
             for dl in loaders:
-                dl.set_even_batches(even_batches)  # type: ignore[attr-defined]
+                dl.set_even_batches(even_batches)
         try:
             with Join(joinables):
                 yield
         finally:
             for dl, value in zip(loaders, previous):
-                dl.set_even_batches(value)  # type: ignore[attr-defined]
+                dl.set_even_batches(value)

@@ -61,7 +61,7 @@ def test_the_api_reference_and_the_pictures_are_in_the_site(site: Path) -> None:
                          ("engine", "engine.ParallelismConfig"), ("engine", "engine.backends.tensor_parallel"),
                          ("engine", "engine.precision.fp8.AORecipeKwargs"),
                          ("engine", "engine.memory.activation_checkpointing.apply_activation_checkpointing"),
-                         ("engine", "engine.backends.mesh.MeshMixin.torch_device_mesh"),
+                         ("engine", "engine.Accelerator.torch_device_mesh"),
                          ("engine", "engine.backends.deepspeed_config.HfDeepSpeedConfig"),
                          ("trainer", "trainer.strategies.ModelParallelStrategy")):
         assert f'id="{anchor}"' in api[name], f"api/{name}: no entry for {anchor}"

@@ -14,17 +14,12 @@ import torch
 
 from engine.backends.mesh import mesh_rank
 from engine.checkpoint.direct import read_into_module
+from engine.checkpoint.folders import holds_shards
 from engine.checkpoint.io import CheckpointError
 from engine.prepare.parallel import unwrap
 from engine.state import AcceleratorState, DistributedType
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def holds_shards(manifest: Mapping[str, Any]) -> bool:
-    """Whether a checkpoint stores its models / optimizers in a backend's own sub-folders (FSDP's DCP shards in
-    ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/``, DeepSpeed's ``pytorch_model/``) instead of full files."""
-    return any(name.startswith(("pytorch_model", "optimizer_")) and "/" in name for name in manifest["files"])
 
 
 @dataclass
@@ -185,13 +180,10 @@ class Backend:
         from ``folder`` here instead, into sharded models or not. ``owners`` are every prepared model (the
         optimizers' parameters are named within them).
         """
-        if holds_shards(manifest):
-            if "latest" in manifest["files"]:
-                raise CheckpointError(f"Checkpoint {folder} was written by DeepSpeed: load it with the same "
-                                      "DeepSpeedPlugin, or get its full weights with the zero_to_fp32.py it holds.")
+        if holds_shards(manifest):  # the portable layout; the reader refuses a backend's own (DeepSpeed's)
             from engine.backends import fsdp_checkpoint
 
-            fsdp_checkpoint.load_shards(folder, models, optimizers, owners, strict=strict)
+            fsdp_checkpoint.load_shards(folder, manifest, models, optimizers, owners, strict=strict)
             return
         for i, model in enumerate(models):
             if i not in weights:

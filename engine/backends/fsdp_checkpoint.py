@@ -383,13 +383,17 @@ def load_optimizer_state(optimizer: Any, state: Mapping[str, Any], models: Seque
         load_full_optimizer_state_dict(optimizer, owner, state)
 
 
-def load_shards(folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
-                owners: Sequence[torch.nn.Module], strict: bool = True) -> None:
+def load_shards(folder: str, manifest: Mapping[str, Any], models: Sequence[torch.nn.Module],
+                optimizers: Sequence[Any], owners: Sequence[torch.nn.Module], strict: bool = True) -> None:
     """Load every model's and optimizer's shards from ``folder`` (a collective, any number of ranks).
 
     ``models[i]`` gets folder ``pytorch_model_fsdp_{i}``; each optimizer's parameters are named within the one of
-    ``owners`` that holds them.
+    ``owners`` that holds them. A folder in DeepSpeed's own layout (its ``latest`` file, listed in ``manifest``)
+    is refused: only its own backend reads it.
     """
+    if "latest" in manifest["files"]:
+        raise CheckpointError(f"Checkpoint {folder} was written by DeepSpeed: load it with the same "
+                              "DeepSpeedPlugin, or get its full weights with the zero_to_fp32.py it holds.")
     for i, model in enumerate(models):
         load_sharded_model(folder, i, model, strict=strict)
     for i, optimizer in enumerate(optimizers):

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from engine.backends.base import Backend, holds_shards
+from engine.backends.base import Backend
 from engine.checkpoint import folders
 from engine.checkpoint.async_save import AsyncCheckpointer
 from engine.checkpoint.checksum import default_algorithm, hash_file
@@ -439,7 +439,7 @@ class Checkpointer:
             folders.check_sizes(folder, manifest)
             check = self.state.is_local_main_process
             counts = {"num_models": len(self.prepared.models),
-                      "num_optimizers": 0 if holds_shards(manifest) else len(self.prepared.optimizers)}
+                      "num_optimizers": 0 if folders.holds_shards(manifest) else len(self.prepared.optimizers)}
             in_read = checked_while_read(manifest, map_location=map_location, **counts) if check else set()
             checked = folders.start_checksums(folder, manifest, pool, skip=in_read) if check else None
             try:

@@ -198,6 +198,12 @@ def committed_checkpoints(*directories: str, auto_named: bool = True) -> list[tu
     return [(number, path) for _, number, path in sorted(found, key=lambda item: (item[0], item[2]))]
 
 
+def holds_shards(manifest: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint stores its models / optimizers in sub-folders a backend wrote (shards such as
+    ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/``, or ``pytorch_model/``) instead of full files."""
+    return any(name.startswith(("pytorch_model", "optimizer_")) and "/" in name for name in manifest["files"])
+
+
 def load_first_intact(load: Callable[[str], object], candidates: Sequence[str], *, context: str,
                       advice: str, warn: bool = True) -> str:
     """``load`` the first of ``candidates`` (newest first) that verifies; returns it.
