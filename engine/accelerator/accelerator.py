@@ -17,11 +17,14 @@ from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from engine import operations
+from engine.accelerator.checkpointer import Checkpointer
+from engine.accelerator.preparer import PrepareOptions, Preparer
+from engine.accelerator.process_control import ProcessControl
+from engine.accelerator.registry import PreparedObjects
 from engine.backends import Backend, select_backend
 from engine.backends.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
 from engine.backends.mesh import default_fsdp_plugin, resolve_parallelism
 from engine.backends.parallelism_config import ParallelismConfig
-from engine.checkpoint.checkpointer import Checkpointer
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -42,15 +45,11 @@ from engine.precision.mixed import (
     autocast_context,
     check_autocast_support,
     make_grad_scaler,
-    unscale_gradients,
     validate_precision,
 )
-from engine.prepare.optimizer import AcceleratedOptimizer
+from engine.prepare.optimizer import AcceleratedOptimizer, unscale_gradients
 from engine.prepare.parallel import extract_model_from_parallel
-from engine.prepare.preparer import PrepareOptions, Preparer
-from engine.prepare.registry import PreparedObjects
 from engine.prepare.scheduler import AcceleratedScheduler
-from engine.process_control import ProcessControl
 from engine.state import AcceleratorState, DistributedType, GradientState
 from engine.tracking.hub import TrackerHub
 from engine.tracking.profiler import ProfileKwargs, profile

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from engine.accelerator.registry import PreparedObjects
 from engine.backends.base import Backend
 from engine.checkpoint import folders
 from engine.checkpoint.async_save import AsyncCheckpointer
@@ -40,7 +41,6 @@ from engine.checkpoint.state import (
 from engine.config import ProjectConfiguration
 from engine.gradient_state import GradientState
 from engine.operations import broadcast_object_list, gather_object
-from engine.prepare.registry import PreparedObjects
 from engine.random import capture_rng_state, restore_rng_state
 from engine.state import AcceleratorState
 

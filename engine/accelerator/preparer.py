@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from engine.accelerator.registry import PreparedObjects
 from engine.backends.base import Backend
 from engine.config import AutocastKwargs, DataLoaderConfiguration
 from engine.gradient_state import GradientState
@@ -22,7 +23,6 @@ from engine.precision.fp8 import Fp8Training
 from engine.precision.mixed import wrap_forward
 from engine.prepare.optimizer import AcceleratedOptimizer
 from engine.prepare.preparable import check_preparable, is_scheduler
-from engine.prepare.registry import PreparedObjects
 from engine.prepare.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState
 

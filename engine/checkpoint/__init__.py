@@ -1,2 +1,2 @@
-"""The checkpoint path: the Accelerator's checkpointer (save_state / load_state / save / save_model), what it
-captures and reads, the files and folders it writes and commits atomically, and asynchronous saves."""
+"""The checkpoint path below the Accelerator's `Checkpointer` (`engine.accelerator.checkpointer`): what a checkpoint
+captures and reads, the files and folders it writes and commits atomically, checksums, and asynchronous saves."""

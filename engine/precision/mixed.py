@@ -12,7 +12,6 @@ from engine.config import AutocastKwargs, GradScalerKwargs
 from engine.operations import convert_outputs_to_fp32
 from engine.precision.cpu_features import bf16_slowdown_note, cpu_flags
 from engine.precision.fp8 import require_torchao
-from engine.prepare.optimizer import AcceleratedOptimizer
 
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
 # fp8 (torchao's Float8Linear, engine.precision.fp8) runs inside a bf16 autocast, as in Accelerate.
@@ -111,9 +110,3 @@ def unwrap_forward(model: torch.nn.Module) -> None:
             del model.forward  # back to the class's method
         else:
             model.forward = original  # type: ignore[method-assign]
-
-
-def unscale_gradients(scaler: Any, optimizers: Any) -> None:
-    """Divide the gradients of ``optimizers`` (one, or a list; prepared or not) by ``scaler``'s loss scale."""
-    for opt in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
-        scaler.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)

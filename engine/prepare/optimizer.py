@@ -170,3 +170,9 @@ class AcceleratedOptimizer(OptimizerView):
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+def unscale_gradients(scaler: Any, optimizers: Any) -> None:
+    """Divide the gradients of ``optimizers`` (one, or a list; prepared or not) by ``scaler``'s loss scale."""
+    for opt in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
+        scaler.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
