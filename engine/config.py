@@ -61,7 +61,7 @@ class DataLoaderConfiguration:
     before it raises ``LoaderWorkerTimeout`` with the workers' stacks, when the DataLoader sets no ``timeout`` of
     its own (a user's ``timeout`` wins). None waits without a limit, as a plain DataLoader does; the default, 10
     minutes, is far beyond any batch's read and ends a run whose worker is stuck instead of leaving every rank
-    waiting (engine/data_workers.py).
+    waiting (engine/data/workers.py).
     """
 
     split_batches: bool = False

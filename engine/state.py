@@ -160,7 +160,7 @@ class PartialState:
             _import_dynamo_first()
             rendezvous: dict[str, Any] = {}
             if kwargs.get("init_method") is None and kwargs.get("store") is None:  # the user's own rendezvous wins
-                # A torchrun restart must not read the previous attempt's addresses (engine/elastic_store.py).
+                # A torchrun restart must not read the previous attempt's addresses (engine/launch/elastic_store.py).
                 store = restart_scoped_store(env, kwargs.get("timeout"))
                 if store is not None:
                     rendezvous["store"] = store

@@ -120,7 +120,7 @@ class DataLoaderDispatcher(_PreparedLoader):
 
         Reading a pass that continues a restored epoch (``replay`` not None) leaves the restored random stream as
         it is: the epoch's first step and the first step to send are collated under the states the interrupted
-        run collated them under, where those were saved (engine/data_lookahead.py).
+        run collated them under, where those were saved (engine/data/lookahead.py).
         """
         skip = (self.skip_batches + start) * self._per_step
         if not self._is_iterable:

@@ -51,7 +51,7 @@ class DataLoaderShard(_PreparedLoader):
     """A DataLoader that yields this process's share of the batches, on ``device``, with an exact position.
 
     It collates one batch ahead, as Accelerate's loader does, so that ``end_of_dataloader`` is True while the last
-    batch is being used and random draws in collation come in Accelerate's order (engine/data_lookahead.py says
+    batch is being used and random draws in collation come in Accelerate's order (engine/data/lookahead.py says
     how a resumed run gets the look-ahead batch again), registers itself as the GradientState's active loader
     while iterated, and synchronises ``rng_types`` across processes at the start of every epoch.
 

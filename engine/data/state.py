@@ -87,7 +87,7 @@ class _SeededIndices:
 
 class _WorkerInit:
     """``worker_init_fn`` wrapper: seeds the worker from (seed, epoch, rank, worker id), makes it write its stacks
-    on request (engine/data_workers.py), then runs the user's."""
+    on request (engine/data/workers.py), then runs the user's."""
 
     def __init__(self, user_fn: Callable[[int], None] | None, seed: int, rank: int) -> None:
         self.user_fn = user_fn
@@ -230,7 +230,7 @@ class _PreparedLoader(DataLoader):
         self._active_view: weakref.ReferenceType[_PreparedLoader] | None = None
         self._batches_yielded = 0
         # RNG states from just before the pending look-ahead batch (and, for the dispatcher, the epoch's first
-        # step) were collated, while a pass keeps them (engine/data_lookahead.py); `_replay` holds those a
+        # step) were collated, while a pass keeps them (engine/data/lookahead.py); `_replay` holds those a
         # checkpoint restored, for the resumed pass to collate those batches again under.
         self._ahead_rng: RawRNGState | torch.Tensor | None = None
         self._first_rng: RawRNGState | torch.Tensor | None = None
@@ -393,7 +393,7 @@ class _PreparedLoader(DataLoader):
         return start, replay
 
     def _watch_workers(self, batches: Any) -> Any:
-        """Give a pass's worker iterator its time limit (engine/data_workers.py) and keep it for the error."""
+        """Give a pass's worker iterator its time limit (engine/data/workers.py) and keep it for the error."""
         if self.num_workers > 0:
             # DataLoader reads `timeout` once, into its iterator: setting it there leaves the user's loader (and
             # `self.timeout`, which views and re-built loaders copy) as the user made it.
@@ -451,7 +451,7 @@ class _PreparedLoader(DataLoader):
 
         ``generator_states`` holds the sampler generators' states at the epoch's start, then the process's RNG
         states its look-ahead batch (and, for a dispatcher, the epoch's first step) was collated under, named in
-        order by ``lookahead`` (none where collation cannot draw: engine/data_lookahead.py). Restoring it into a
+        order by ``lookahead`` (none where collation cannot draw: engine/data/lookahead.py). Restoring it into a
         freshly prepared loader continues with exactly the batches an uninterrupted run would produce next.
         Values are ints, lists and tensors (``torch.load(weights_only=True)``-safe).
         """

@@ -1,4 +1,4 @@
-"""The limit on waiting for a loader worker (engine/data_workers.py) in one process: settings and the user's own
+"""The limit on waiting for a loader worker (engine/data/workers.py) in one process: settings and the user's own
 DataLoader timeout. The 2-process case (every rank ends) is tests/distributed/test_loader_workers.py."""
 
 from __future__ import annotations
