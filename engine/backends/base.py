@@ -59,9 +59,12 @@ class Backend:
 
     def __init__(self, state: AcceleratorState) -> None:
         self.state = state
-        #: The ``DeviceMesh`` this backend runs on (a ``ParallelismConfig``'s; None without one, or when every size
-        #: is 1): the tensor-parallel backend splits and shards over it, and every backend answers rank questions.
-        self.mesh: Any = state.device_mesh
+
+    @property
+    def mesh(self) -> Any:
+        """The ``DeviceMesh`` this backend runs on (a ``ParallelismConfig``'s, built with the process group; None
+        without one, or when every size is 1): the tensor-parallel backend splits and shards over it."""
+        return self.state.device_mesh
 
     def mesh_rank(self, dimension: str) -> int:
         """This process's rank along ``dimension`` of the mesh (``"tp"``, ``"dp_replicate"``, ``"dp_shard"``)."""
