@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint.folders import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
+from engine.checkpointing import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
 from tests.faults.job import BACKENDS, POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
