@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from callbacks import Callback, ModelCheckpoint
-from engine import Accelerator, checkpoint_io
-from engine.checkpoint_io import CheckpointError
+from engine import Accelerator
+from engine.checkpoint import io as checkpoint_io  # the real module: a test patches its private writer
+from engine.checkpoint.io import CheckpointError
 from tests.trainer.helpers import QUIET, Regressor, data
 from tests.trainer.test_checkpoint import NOISY, _fit
 from tests.trainer.test_preemption import Signal
