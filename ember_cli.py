@@ -17,7 +17,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainer.cli import console_main
 
         return console_main(args)
-    from engine.cli import main as engine_main
+    from engine.launch.cli import main as engine_main
 
     return engine_main(args)
 

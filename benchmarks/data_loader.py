@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.data_loader import prepare_data_loader
+from engine.data.loader import prepare_data_loader
 
 SAMPLES = 1_000_000
 RESUME_AT = 100_000

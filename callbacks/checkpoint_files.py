@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from callbacks.protocols import TrainerView
-from engine import checkpointing as folders
+from engine.checkpoint import folders
 
 
 def weights_only_folder(path: str) -> bool:

@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 from callbacks.base import Callback
 from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
-from engine.data_dispatch import DataLoaderDispatcher
+from engine.data.dispatch import DataLoaderDispatcher
 from engine.operations import first_samples, sample_count
 
 WRITE_INTERVALS = ("batch", "epoch", "batch_and_epoch")

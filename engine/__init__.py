@@ -12,13 +12,15 @@ from ember_packages import check_siblings
 
 check_siblings("engine", __file__)  # first: a user's own file that hides a package imported below is named
 
-from engine.launcher_watch import watch_launcher
+from engine.launch.watch import watch_launcher
 
 # Before the heavy imports below: a launched worker whose launcher dies while it still imports torch (seconds on a
 # busy machine) must not wait torch's 30-minute timeout. A no-op in a process no launcher started.
 watch_launcher()
 
 from engine.accelerator import Accelerator
+from engine.backends.deepspeed_plugin import DeepSpeedPlugin
+from engine.backends.parallelism_config import ParallelismConfig
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -30,7 +32,6 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
-from engine.deepspeed_plugin import DeepSpeedPlugin
 from engine.operations import (
     DistributedOperationException,
     broadcast,
@@ -41,22 +42,21 @@ from engine.operations import (
     reduce,
     send_to_device,
 )
-from engine.optimizer import AcceleratedOptimizer
-from engine.parallelism_config import ParallelismConfig
-from engine.profiler import ProfileKwargs
+from engine.prepare.optimizer import AcceleratedOptimizer
+from engine.prepare.scheduler import AcceleratedScheduler
 from engine.random import set_seed
-from engine.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState, DistributedType, GradientState, PartialState
+from engine.tracking.profiler import ProfileKwargs
 from engine.version import __version__ as __version__  # re-exported
 
 # Imported on first use so `import engine` stays cheap and free of optional packages.
 _LAZY = {
-    "prepare_data_loader": "engine.data_loader", "skip_first_batches": "engine.data_loader",
-    "BatchSamplerShard": "engine.data_loader", "IterableDatasetShard": "engine.data_loader",
-    "DataLoaderShard": "engine.data_loader", "DataLoaderDispatcher": "engine.data_loader",
-    "SeedableRandomSampler": "engine.data_loader", "FullyShardedDataParallelPlugin": "engine.fsdp",
-    "notebook_launcher": "engine.launchers", "debug_launcher": "engine.launchers",
-    "find_executable_batch_size": "engine.memory",
+    "prepare_data_loader": "engine.data.loader", "skip_first_batches": "engine.data.loader",
+    "BatchSamplerShard": "engine.data.loader", "IterableDatasetShard": "engine.data.loader",
+    "DataLoaderShard": "engine.data.loader", "DataLoaderDispatcher": "engine.data.loader",
+    "SeedableRandomSampler": "engine.data.loader", "FullyShardedDataParallelPlugin": "engine.backends.fsdp",
+    "notebook_launcher": "engine.launch.launchers", "debug_launcher": "engine.launch.launchers",
+    "find_executable_batch_size": "engine.memory.batch_size",
 }
 
 

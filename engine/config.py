@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
+from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
 from engine.keywords import suggest_keywords
 
 
@@ -61,7 +61,7 @@ class DataLoaderConfiguration:
     before it raises ``LoaderWorkerTimeout`` with the workers' stacks, when the DataLoader sets no ``timeout`` of
     its own (a user's ``timeout`` wins). None waits without a limit, as a plain DataLoader does; the default, 10
     minutes, is far beyond any batch's read and ends a run whose worker is stuck instead of leaving every rank
-    waiting (engine/data_workers.py).
+    waiting (engine/data/workers.py).
     """
 
     split_batches: bool = False
@@ -286,3 +286,31 @@ def merge_dataloader_config(config: DataLoaderConfiguration | None, given: dict[
                              f"({key}={configured!r}): set {key} in one place only (the keyword, or the "
                              "DataLoaderConfiguration).")
     return config
+
+
+def sort_kwargs_handlers(handlers: list[KwargsHandler], known: tuple[type, ...]) -> dict[type, Any]:
+    """``handlers`` by their kind (one of ``known``); an unknown kind, or two of one kind, is refused."""
+    found: dict[type, Any] = {}
+    for handler in handlers:
+        kind = next((k for k in known if isinstance(handler, k)), None)
+        if kind is None:
+            raise ValueError(f"Unsupported kwargs handler {handler!r}: pass instances of "
+                             f"{', '.join(k.__name__ for k in known)}.")
+        if kind in found:
+            raise ValueError(f"You can only pass one {kind.__name__} in `kwargs_handlers`, got two.")
+        found[kind] = handler
+    return found
+
+
+def resolve_accumulation_plugin(plugin: GradientAccumulationPlugin | None, steps: int,
+                                environment: Any) -> GradientAccumulationPlugin:
+    """The plugin an Accelerator runs with: the one given, else one of ``steps`` micro-steps (the launcher's
+    ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS`` in ``environment``, an ``EngineEnvironment``, wins)."""
+    if plugin is not None:
+        if steps != 1:
+            raise ValueError(f"Both gradient_accumulation_steps={steps} and a GradientAccumulationPlugin were "
+                             "given: set the number of steps in the plugin only.")
+        return plugin
+    # Parsed from text as Accelerate does: 2.0 or True is a ValueError, "2" is accepted.
+    env_steps = environment.gradient_accumulation_steps
+    return GradientAccumulationPlugin(num_steps=int(env_steps if env_steps is not None else str(steps)))

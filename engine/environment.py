@@ -167,7 +167,7 @@ class EngineEnvironment:
     parallelism: dict[str, str] = field(default_factory=dict)
     use_parallelism_config: bool = False
     cpu_bf16: str | None = None  # EMBER_CPU_BF16: "1" / "0" overrides whether the CPU computes bf16 natively
-    # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.fp8 where Accelerate does).
+    # ACCELERATE_FP8_BACKEND, ACCELERATE_FP8_PAD_INNER_DIM, ... (raw text; read by engine.precision.fp8 where Accelerate does).
     fp8: dict[str, str] = field(default_factory=dict)
     elastic: ElasticInfo = field(default_factory=ElasticInfo)  # TORCHELASTIC_* (torchrun's attempt)
     # EMBER_ALLOW_WORLD_SIZE_CHANGE: a Trainer may resume a checkpoint saved by another number of processes

@@ -376,6 +376,28 @@ def first_samples(data: Any, keep: int, size: int | None = None) -> Any:
     return data
 
 
+def gather_for_metrics(input_data: Any, use_gather_object: bool, group: Any, remainder: int) -> Any:
+    """``gather`` over ``group`` (``"local"``: this process holds every result already), then only the first
+    ``remainder`` samples when it is positive: the last batch's true size, before the sharded loader padded it
+    with duplicates (-1 when unknown or not at the end of a loader, 0 when nothing was padded)."""
+    try:
+        recursively_apply(lambda x: x, input_data, error_on_other_type=True)
+        all_tensors = True
+    except TypeError:
+        all_tensors = False
+    use_gather_object = use_gather_object or not all_tensors
+    if group == "local":
+        data = input_data
+    else:
+        data = gather_object(input_data, group=group) if use_gather_object else gather(input_data, group=group)
+    if remainder <= 0:
+        return data
+    if use_gather_object:
+        return data[:remainder]
+    # A 0-d tensor is only ever left so by a single process's gather, where nothing was padded.
+    return first_samples(data, remainder)
+
+
 def convert_outputs_to_fp32(data: Any) -> Any:
     """Cast every fp16/bf16 tensor in a model's output to fp32 (the autocast forward wrapper's last step)."""
     def to_fp32(t: torch.Tensor) -> torch.Tensor:

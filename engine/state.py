@@ -22,10 +22,10 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from engine.elastic_store import restart_scoped_store
+from engine.data.splitting import split_for_process
 from engine.environment import EngineEnvironment, read_fork_launched, read_use_cpu, write_rendezvous_variables
 from engine.gradient_state import GradientState
-from engine.splitting import split_for_process
+from engine.launch.elastic_store import restart_scoped_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -160,7 +160,7 @@ class PartialState:
             _import_dynamo_first()
             rendezvous: dict[str, Any] = {}
             if kwargs.get("init_method") is None and kwargs.get("store") is None:  # the user's own rendezvous wins
-                # A torchrun restart must not read the previous attempt's addresses (engine/elastic_store.py).
+                # A torchrun restart must not read the previous attempt's addresses (engine/launch/elastic_store.py).
                 store = restart_scoped_store(env, kwargs.get("timeout"))
                 if store is not None:
                     rendezvous["store"] = store

@@ -2,7 +2,7 @@
 by changing the package name.
 
 Everything here is a re-export; each name lives in the engine module that owns it. One name is Ember's own:
-``apply_activation_checkpointing`` (``engine.activation_checkpointing``).
+``apply_activation_checkpointing`` (``engine.memory.activation_checkpointing``).
 
 >>> from engine.utils import gather, set_seed, is_torch_version, DistributedType
 >>> set_seed(0)
@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.activation_checkpointing import apply_activation_checkpointing
+from engine.backends.deepspeed_config import HfDeepSpeedConfig
+from engine.backends.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from engine.backends.parallelism_config import (
+    DeepSpeedSequenceParallelConfig,
+    ParallelismConfig,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 from engine.config import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -29,9 +36,6 @@ from engine.config import (
     KwargsHandler,
     ProjectConfiguration,
 )
-from engine.deepspeed_config import HfDeepSpeedConfig
-from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
-from engine.fp8 import AORecipeKwargs, FP8BackendType, FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from engine.imports import (
     compare_versions,
     is_aim_available,
@@ -73,7 +77,8 @@ from engine.imports import (
     is_wandb_available,
     is_xpu_available,
 )
-from engine.memory import (
+from engine.memory.activation_checkpointing import apply_activation_checkpointing
+from engine.memory.batch_size import (
     clear_device_cache,
     find_executable_batch_size,
     release_memory,
@@ -96,20 +101,21 @@ from engine.operations import (
     send_to_device,
     wait_for_everyone,
 )
-from engine.parallel import extract_model_from_parallel
-from engine.parallelism_config import (
-    DeepSpeedSequenceParallelConfig,
-    ParallelismConfig,
-    TorchContextParallelConfig,
-    TorchTensorParallelConfig,
+from engine.precision.fp8 import (
+    AORecipeKwargs,
+    FP8BackendType,
+    FP8RecipeKwargs,
+    MSAMPRecipeKwargs,
+    TERecipeKwargs,
 )
-from engine.profiler import ProfileKwargs
+from engine.prepare.parallel import extract_model_from_parallel
 from engine.random import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from engine.state import DistributedType
+from engine.tracking.profiler import ProfileKwargs
 
 # Imported on first use: FSDP2 costs about a second to import, the launchers pull in torch.distributed.elastic.
-_LAZY = {"FullyShardedDataParallelPlugin": "engine.fsdp", "patch_environment": "engine.launchers",
-         "clear_environment": "engine.launchers", "DeepSpeedOptimizerWrapper": "engine.backends.deepspeed",
+_LAZY = {"FullyShardedDataParallelPlugin": "engine.backends.fsdp", "patch_environment": "engine.launch.launchers",
+         "clear_environment": "engine.launch.launchers", "DeepSpeedOptimizerWrapper": "engine.backends.deepspeed",
          "DeepSpeedSchedulerWrapper": "engine.backends.deepspeed"}
 
 

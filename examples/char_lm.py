@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from callbacks import ModelCheckpoint
-from engine.cpu_features import cpu_flags, native_bf16
+from engine.precision.cpu_features import cpu_flags, native_bf16
 from trainer import Trainer, TrainModule
 
 MODULES = ("argparse", "dataclasses", "functools", "inspect", "pathlib", "textwrap", "typing", "collections",

@@ -103,7 +103,7 @@ def _child(module: str, qualname: str, rank: int, env: dict[str, str], sys_path:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         # DDP wrappers that outlive the group would free it during interpreter shutdown, which can abort.
-        parallel = sys.modules.get("engine.parallel")
+        parallel = sys.modules.get("engine.prepare.parallel")
         if parallel is not None:
             parallel.release_ddp_wrappers()
 

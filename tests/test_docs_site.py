@@ -58,11 +58,11 @@ def test_the_api_reference_and_the_pictures_are_in_the_site(site: Path) -> None:
     for name, anchor in (("engine", "engine.Accelerator"), ("trainer", "trainer.Trainer"),
                          ("trainer", "trainer.TrainModule"), ("callbacks", "callbacks.ModelCheckpoint"),
                          ("callbacks", "callbacks.base"), ("trackers", "trackers.GeneralTracker"),
-                         ("engine", "engine.ParallelismConfig"), ("engine", "engine.tensor_parallel"),
-                         ("engine", "engine.fp8.AORecipeKwargs"),
-                         ("engine", "engine.activation_checkpointing.apply_activation_checkpointing"),
-                         ("engine", "engine.accelerator_mesh.MeshMixin.torch_device_mesh"),
-                         ("engine", "engine.deepspeed_config.HfDeepSpeedConfig"),
+                         ("engine", "engine.ParallelismConfig"), ("engine", "engine.backends.tensor_parallel"),
+                         ("engine", "engine.precision.fp8.AORecipeKwargs"),
+                         ("engine", "engine.memory.activation_checkpointing.apply_activation_checkpointing"),
+                         ("engine", "engine.Accelerator.torch_device_mesh"),
+                         ("engine", "engine.backends.deepspeed_config.HfDeepSpeedConfig"),
                          ("trainer", "trainer.strategies.ModelParallelStrategy")):
         assert f'id="{anchor}"' in api[name], f"api/{name}: no entry for {anchor}"
     # Docstring examples and literal blocks render as code, not as nested quotes or a literal fence

@@ -14,7 +14,7 @@ _PRECISION = {"32": "no", "32-true": "no", "no": "no", "16-mixed": "fp16", "16":
 # Lightning's true precisions: the parameters and floating inputs are in this dtype (no autocast).
 _TRUE_PRECISION = {"64": "float64", "64-true": "float64", "16-true": "float16",
                    "bf16-true": "bfloat16"}
-# Lightning's fp8 precisions run NVIDIA TransformerEngine (GPU-only); Ember's fp8 is torchao's (engine.fp8).
+# Lightning's fp8 precisions run NVIDIA TransformerEngine (GPU-only); Ember's fp8 is torchao's (engine.precision.fp8).
 _TRANSFORMER_ENGINE = ("transformer-engine", "transformer-engine-float16")
 
 

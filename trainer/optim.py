@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from callbacks.exceptions import MisconfigurationException
-from engine.optimizer import OptimizerView
+from engine.prepare.optimizer import OptimizerView
 
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
 _OPTIMIZER_KEYS = {"optimizer", "lr_scheduler", "monitor"}

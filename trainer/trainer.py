@@ -17,7 +17,7 @@ import torch
 
 from callbacks.warnings import PossibleUserWarning
 from engine import set_seed
-from engine.optimizer import clear_grads
+from engine.prepare.optimizer import clear_grads
 from trainer import args as checks
 from trainer.build import build_accelerator, build_callbacks
 from trainer.checkpoint.checkpointer import Checkpointer

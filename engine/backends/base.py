@@ -12,18 +12,14 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_direct import read_into_module
-from engine.checkpoint_io import CheckpointError
-from engine.parallel import unwrap
+from engine.backends.mesh import mesh_rank
+from engine.checkpoint.direct import read_into_module
+from engine.checkpoint.folders import holds_shards
+from engine.checkpoint.io import CheckpointError
+from engine.prepare.parallel import unwrap
 from engine.state import AcceleratorState, DistributedType
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def holds_shards(manifest: Mapping[str, Any]) -> bool:
-    """Whether a checkpoint stores its models / optimizers in a backend's own sub-folders (FSDP's DCP shards in
-    ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/``, DeepSpeed's ``pytorch_model/``) instead of full files."""
-    return any(name.startswith(("pytorch_model", "optimizer_")) and "/" in name for name in manifest["files"])
 
 
 @dataclass
@@ -67,6 +63,16 @@ class Backend:
     def __init__(self, state: AcceleratorState) -> None:
         self.state = state
 
+    @property
+    def mesh(self) -> Any:
+        """The ``DeviceMesh`` this backend runs on (a ``ParallelismConfig``'s, built with the process group; None
+        without one, or when every size is 1): the tensor-parallel backend splits and shards over it."""
+        return self.state.device_mesh
+
+    def mesh_rank(self, dimension: str) -> int:
+        """This process's rank along ``dimension`` of the mesh (``"tp"``, ``"dp_replicate"``, ``"dp_shard"``)."""
+        return mesh_rank(self.state.parallelism_config, self.mesh, dimension)
+
     # -- models and optimizers ----------------------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> torch.nn.Module:
         """``model`` made ready to train here (``optimizers``: those prepared earlier, which may need to follow
@@ -98,7 +104,7 @@ class Backend:
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """``model``'s complete state dict (a collective where parameters are sharded: every rank calls it)."""
         if _holds_dtensors([model]):  # split by the user (parallelize_module on a mesh of one, in configure_model)
-            from engine.fsdp import full_state_dict
+            from engine.backends.fsdp import full_state_dict
 
             return full_state_dict(model)
         return model.state_dict()
@@ -146,7 +152,9 @@ class Backend:
         if plugin is None:
             return ModelsToSave(weights=[self.full_state_dict(model) for model in models],
                                 optimizers=list(optimizers))
-        from engine import fsdp_checkpoint  # torch.distributed.checkpoint: imported only with a plugin
+        from engine.backends import (
+            fsdp_checkpoint,  # torch.distributed.checkpoint: imported only with a plugin
+        )
 
         sharded, to_save = fsdp_checkpoint.prepare_save(plugin, models, optimizers, sync_gradients)
         if sharded:
@@ -156,14 +164,14 @@ class Backend:
     def write_shards(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
                      rank: int) -> list[str]:
         """Write this rank's shards into ``folder`` (when ``models_to_save`` said so); returns their paths."""
-        from engine import fsdp_checkpoint
+        from engine.backends import fsdp_checkpoint
 
         return fsdp_checkpoint.save_shards(folder, models, optimizers, rank)
 
     def write_shards_async(self, folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
                            rank: int, channel: Callable[[str], tuple[Any, Any]]) -> Callable[[], list[str]]:
         """``write_shards`` in the background; the returned function waits for it and gives the files."""
-        from engine import fsdp_checkpoint
+        from engine.backends import fsdp_checkpoint
 
         return fsdp_checkpoint.async_save_shards(folder, models, optimizers, rank, channel)
 
@@ -178,13 +186,10 @@ class Backend:
         from ``folder`` here instead, into sharded models or not. ``owners`` are every prepared model (the
         optimizers' parameters are named within them).
         """
-        if holds_shards(manifest):
-            if "latest" in manifest["files"]:
-                raise CheckpointError(f"Checkpoint {folder} was written by DeepSpeed: load it with the same "
-                                      "DeepSpeedPlugin, or get its full weights with the zero_to_fp32.py it holds.")
-            from engine import fsdp_checkpoint
+        if holds_shards(manifest):  # the portable layout; the reader refuses a backend's own (DeepSpeed's)
+            from engine.backends import fsdp_checkpoint
 
-            fsdp_checkpoint.load_shards(folder, models, optimizers, owners, strict=strict)
+            fsdp_checkpoint.load_shards(folder, manifest, models, optimizers, owners, strict=strict)
             return
         for i, model in enumerate(models):
             if i not in weights:
@@ -208,6 +213,6 @@ def _holds_dtensors(models: Sequence[torch.nn.Module]) -> bool:
     """Whether any of ``models`` has DTensor parameters (never, until something imported DTensor)."""
     if "torch.distributed.tensor" not in sys.modules:
         return False
-    from engine.fsdp import holds_dtensors
+    from engine.backends.fsdp import holds_dtensors
 
     return any(holds_dtensors(model) for model in models)

@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from engine.backends.base import Backend
 from engine.config import DistributedDataParallelKwargs
-from engine.parallel import sync_in_backward, wrap_ddp
+from engine.prepare.parallel import sync_in_backward, wrap_ddp
 from engine.state import AcceleratorState
 
 

@@ -29,10 +29,10 @@ import torch
 
 from engine.backends.base import Backend, ModelsToSave
 from engine.backends.deepspeed_groups import track_engine
-from engine.checkpoint_io import CheckpointError, fsync_dir
-from engine.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from engine.backends.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from engine.checkpoint.io import CheckpointError, fsync_dir
 from engine.logging import get_logger
-from engine.optimizer import AcceleratedOptimizer
+from engine.prepare.optimizer import AcceleratedOptimizer
 from engine.state import AcceleratorState, DistributedType, process_group_of_one
 
 TAG = "pytorch_model"  # Accelerate's tag for the first model: {folder}/pytorch_model/..., `latest` names it
@@ -332,7 +332,7 @@ def read_full_weights(folder: str, allow_unsafe_pickle: bool = False) -> dict[st
     """
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from engine.checkpoint_io import UnsafeCheckpointError
+    from engine.checkpoint.io import UnsafeCheckpointError
 
     if not allow_unsafe_pickle:
         allowed = {f"{cls.__module__}.{cls.__qualname__}" for cls in safe_globals()}
@@ -357,7 +357,7 @@ class _SafeReader:
         self._unsafe = allow_unsafe_pickle
 
     def load(self, path: str, map_location: Any = None) -> Any:
-        from engine.checkpoint_io import UnsafeCheckpointError
+        from engine.checkpoint.io import UnsafeCheckpointError
 
         if self._unsafe:
             return torch.load(path, map_location=map_location, weights_only=False)

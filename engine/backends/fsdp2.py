@@ -3,7 +3,7 @@
 Parameters become ``DTensor`` shards gathered for each forward and backward; gradients are reduce-scattered.
 Checkpoints hold either full weights gathered to rank 0 or per-rank shards written with
 ``torch.distributed.checkpoint`` (``FullyShardedDataParallelPlugin(state_dict_type="SHARDED_STATE_DICT")``);
-both load into any number of processes, sharded or not (``engine.fsdp_checkpoint``).
+both load into any number of processes, sharded or not (``engine.backends.fsdp_checkpoint``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from engine import fsdp, fsdp_checkpoint
+from engine.backends import fsdp, fsdp_checkpoint
 from engine.backends.base import Backend
 from engine.state import AcceleratorState, DistributedType
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from engine import fsdp, tensor_parallel
+from engine.backends import fsdp, tensor_parallel
 from engine.backends.base import ModelsToSave
 from engine.backends.fsdp2 import FSDP2
-from engine.parallelism_config import ParallelismConfig
+from engine.backends.parallelism_config import ParallelismConfig
 from engine.state import AcceleratorState
 
 LOCAL = "local"  # data_parallel_group(): every process of the run already holds all the data-parallel results
@@ -41,7 +41,6 @@ class ModelParallel(FSDP2):
         config = state.parallelism_config
         assert isinstance(config, ParallelismConfig) and state.device_mesh is not None
         self.config = config
-        self.mesh = state.device_mesh
         self.distributed_type = state.distributed_type
         # Checkpoints: DCP shards unless an FSDP plugin asks for full files (the Trainer's
         # save_distributed_checkpoint=False passes one).
@@ -94,7 +93,7 @@ class ModelParallel(FSDP2):
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def models_to_save(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],
                        sync_gradients: bool) -> ModelsToSave:
-        from engine import fsdp_checkpoint
+        from engine.backends import fsdp_checkpoint
 
         if any(fsdp.is_sharded(m) for m in models) and not sync_gradients:
             fsdp_checkpoint.prepare_save(None, models, optimizers, sync_gradients)  # raises: FSDP2's own words

@@ -1,7 +1,7 @@
 """A ``Trainer(devices=2)`` script whose launcher the tests kill (tests/distributed/test_launcher_death.py).
 
     python -m torch.distributed.run --nproc-per-node 2 ... launcher_death_script.py MODE OUT_DIR
-    python -m engine.cli launch --nproc-per-node 2 launcher_death_script.py MODE OUT_DIR
+    python -m engine.launch.cli launch --nproc-per-node 2 launcher_death_script.py MODE OUT_DIR
     python launcher_death_script.py MODE OUT_DIR          # the Trainer starts the 2 workers itself
 
 MODE ``rendezvous``: rank 1 sleeps before it builds its Trainer, so rank 0 waits in the rendezvous that cannot

@@ -62,7 +62,7 @@ def _fsdp_run(checkpointed: bool, rank: int) -> dict[str, Any]:
     from torch.distributed.fsdp import FSDPModule
 
     from engine import Accelerator
-    from engine.fsdp import FullyShardedDataParallelPlugin
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
     from engine.state import AcceleratorState, GradientState
 
     AcceleratorState._reset_state()  # keep the process group, build a new Accelerator

@@ -78,7 +78,7 @@ class Counting:
 
 
 def _failures(tmp: str) -> dict[str, Any]:
-    from engine.checkpoint_io import CorruptCheckpointError, UnsafeCheckpointError
+    from engine.checkpoint.io import CorruptCheckpointError, UnsafeCheckpointError
     from tests.engine.test_checkpoint import Run
     from tests.engine.test_checkpoint_safety import plant
 

@@ -62,8 +62,8 @@ def test_kill_and_resume_with_async_saves_on_two_processes_is_bitwise_exact(
 
 
 def _fail_on_rank_1(tmp: str) -> dict[str, Any]:
-    from engine import checkpoint_io
-    from engine.checkpoint_io import CheckpointError
+    from engine.checkpoint import io as checkpoint_io
+    from engine.checkpoint.io import CheckpointError
     from tests.engine.test_checkpoint import Run
 
     run = Run(tmp)

@@ -3,7 +3,7 @@ the run finished bitwise as if nothing happened (issue 38).
 
 Every case runs tests/distributed/elastic_script.py under real torchrun agents (``--rdzv-backend c10d`` on a free
 port of 127.0.0.1, gloo workers) and compares with one uninterrupted 2-process run, shared by the module. Before
-``engine.elastic_store``, 3 of 5 restarted groups failed in ``init_process_group``: they read the previous
+``engine.launch.elastic_store``, 3 of 5 restarted groups failed in ``init_process_group``: they read the previous
 attempt's gloo addresses from the agent's shared store (a hang, or "Connection refused").
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.elastic_store import restart_scoped_store
 from engine.environment import ElasticInfo, EngineEnvironment
+from engine.launch.elastic_store import restart_scoped_store
 from tests.conftest import free_port
 from tests.process_tree import kill_all, wait_until_gone, worker_pids
 

@@ -62,7 +62,7 @@ def _fp8_as_recorded() -> dict[str, Any]:
     """As recorded: torchao's conversion and fully_shard, no autocast, fp32 parameters; the first run of its
     processes, as in the recorder (after another fp8 run in the same process a loss came out 1 ulp apart)."""
     from engine import AutocastKwargs
-    from engine.fsdp import FullyShardedDataParallelPlugin
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
     torch.set_num_threads(1)
     acc = _accelerator(kwargs_handlers=[AutocastKwargs(enabled=False)],
@@ -75,7 +75,7 @@ def _fp8_as_recorded() -> dict[str, Any]:
 
 
 def _fp8_everywhere(folder: str) -> dict[str, Any]:
-    from engine.fsdp import FullyShardedDataParallelPlugin
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
     torch.set_num_threads(1)
     result: dict[str, Any] = {}

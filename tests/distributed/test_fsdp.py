@@ -45,7 +45,7 @@ def _lists(state: dict[str, torch.Tensor]) -> dict[str, list[Any]]:
 
 
 def _plugin(**kwargs: Any) -> Any:
-    from engine.fsdp import FullyShardedDataParallelPlugin
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
     return FullyShardedDataParallelPlugin(transformer_cls_names_to_wrap=["Block"], **kwargs)
 

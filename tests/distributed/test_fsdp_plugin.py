@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.checkpoint_io import UnsafeCheckpointError
-from engine.fsdp import FullyShardedDataParallelPlugin
-from engine.fsdp_checkpoint import read_sharded_model, save_sharded
+from engine.backends.fsdp import FullyShardedDataParallelPlugin
+from engine.backends.fsdp_checkpoint import read_sharded_model, save_sharded
+from engine.checkpoint.io import UnsafeCheckpointError
 from tests.distributed.test_fsdp import _batch, _net
 
 

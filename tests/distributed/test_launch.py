@@ -101,7 +101,7 @@ def _ember_env(config_file: Path) -> dict[str, str]:
 
 def _ember(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     # A session of its own: on a timeout the agent and all its workers are killed together.
-    return subprocess.Popen([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "engine.launch.cli", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 

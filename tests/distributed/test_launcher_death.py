@@ -4,7 +4,7 @@ Each launcher Ember meets is started for real on this machine with a ``Trainer(d
 (``torch.distributed.run``), ``ember launch``, and a plain ``python script.py`` whose Trainer starts its own two
 workers. The launcher is SIGKILLed (it cannot stop its workers then) either before the rendezvous can complete
 (one rank is held back) or in the middle of training, and every worker must be gone within ``GONE_WITHIN_S``.
-Before the launcher watch (``engine.launcher_watch``), the workers were still alive 45 s later.
+Before the launcher watch (``engine.launch.watch``), the workers were still alive 45 s later.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ GONE_WITHIN_S = 10.0  # the watch polls every 0.5 s; the rest is slack for a loa
 START_TIMEOUT_S = 120.0  # the launcher and both workers import torch on a machine the whole suite shares
 LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-    "ember launch": [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", "2", "--cpu"],
+    "ember launch": [sys.executable, "-m", "engine.launch.cli", "launch", "--nproc-per-node", "2", "--cpu"],
     "Trainer(devices=2)": [sys.executable],  # the script itself: its Trainer starts the workers
 }
 

@@ -101,7 +101,7 @@ THREADS_AT_EXIT = textwrap.dedent('''
 
 def _exit_threads(tmp_path: Path, source: str, timeout: float = 120) -> tuple[str, list[str]]:
     """Run ``source`` on 2 processes under torchrun; returns its stderr and the ``[threads at exit]`` lines. The
-    launcher watch (engine.launcher_watch) is a daemon thread of its own, touching nothing of torch: off here, so
+    launcher watch (engine.launch.watch) is a daemon thread of its own, touching nothing of torch: off here, so
     that the threads left are torch's."""
     script = tmp_path / "train.py"
     script.write_text(source)

@@ -45,7 +45,7 @@ def launch(processes: int, run: dict[str, Any], folder: Path, name: str, fails: 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     arguments = [str(SCRIPT), str(out), str(folder / f"{name}.json")]
     if ember_flags is not None:
-        command = [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", str(processes), *ember_flags,
+        command = [sys.executable, "-m", "engine.launch.cli", "launch", "--nproc-per-node", str(processes), *ember_flags,
                    *arguments]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),

@@ -12,7 +12,7 @@ import torch
 from engine import Accelerator, PartialState
 from engine.local_sgd import LocalSGD
 from engine.logging import get_logger
-from engine.memory import find_executable_batch_size, should_reduce_batch_size
+from engine.memory.batch_size import find_executable_batch_size, should_reduce_batch_size
 from engine.utils import ProfileKwargs, is_schedulefree_available
 
 

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from engine import Accelerator
-from engine.activation_checkpointing import apply_activation_checkpointing
-from engine.fsdp import FullyShardedDataParallelPlugin
+from engine.backends.fsdp import FullyShardedDataParallelPlugin
+from engine.memory.activation_checkpointing import apply_activation_checkpointing
 from tests.distributed.activation_checkpointing_expected import EXPECTED
 
 CASES = EXPECTED["cases"]

@@ -24,8 +24,8 @@ from engine import (
     ProjectConfiguration,
     set_seed,
 )
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
-from engine.checkpointing import MANIFEST_NAME, committed_checkpoints, read_manifest
+from engine.checkpoint.folders import MANIFEST_NAME, committed_checkpoints, read_manifest
+from engine.checkpoint.io import CheckpointError, CorruptCheckpointError
 
 EPOCHS = 2
 
@@ -337,7 +337,7 @@ class Tied(torch.nn.Module):
 
 
 def test_save_model_shards_with_an_index_and_handles_tied_weights(tmp_path: Path) -> None:
-    from engine.checkpoint_io import load_safetensors
+    from engine.checkpoint.io import load_safetensors
 
     acc = Run().acc
     model = acc.prepare(Tied())
@@ -384,8 +384,8 @@ def test_load_state_restores_nothing_that_draws_randomness(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("algorithm", ["xxh3_64x16m", "xxh3_64", "crc32"])
 def test_checksums_written_while_writing_match_a_fresh_read(tmp_path: Path, algorithm: str) -> None:
-    from engine.checkpoint_io import DurableWriter, save_torch
-    from engine.checksum import FileRecord, hash_file
+    from engine.checkpoint.checksum import FileRecord, hash_file
+    from engine.checkpoint.io import DurableWriter, save_torch
 
     if algorithm.startswith("xxh3"):
         pytest.importorskip("xxhash")
@@ -407,7 +407,7 @@ def test_chunked_checksums_are_the_same_streamed_in_pieces_read_in_parallel_and_
         tmp_path: Path, size: int) -> None:
     import xxhash
 
-    from engine.checksum import CHUNKED, ChunkedXxh3, default_algorithm, hash_file
+    from engine.checkpoint.checksum import CHUNKED, ChunkedXxh3, default_algorithm, hash_file
 
     assert default_algorithm() == CHUNKED
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from engine import Accelerator, ProjectConfiguration, checkpoint_io, checkpoint_save
-from engine.checkpoint_io import CheckpointError
-from engine.checkpointing import committed_checkpoints
+from engine import Accelerator, ProjectConfiguration
+from engine.checkpoint import io as checkpoint_io
+from engine.checkpoint import save as checkpoint_save
+from engine.checkpoint.folders import committed_checkpoints
+from engine.checkpoint.io import CheckpointError
 from tests.engine.test_checkpoint import Run, assert_same_run
 
 WRITER = "ember-checkpoint-writer"
@@ -163,7 +165,7 @@ def test_snapshot_buffers_are_allocated_once_reused_and_reported(tmp_path: Path)
     optimizer.zero_grad()
     assert acc.checkpoint_snapshot_bytes == 0
     acc.save_state(async_save=True)
-    buffers = acc._async_checkpointer.buffers  # type: ignore[union-attr]
+    buffers = acc._checkpointer.async_checkpointer.buffers  # type: ignore[union-attr]
     pointers = {path: b.data_ptr() for path, b in buffers._buffers.items()}
     state_bytes = 3 * sum(p.numel() * 4 for p in model.parameters())  # weights, exp_avg, exp_avg_sq
     assert state_bytes <= acc.checkpoint_snapshot_bytes < state_bytes + 64 * 1024
@@ -189,7 +191,7 @@ def test_async_save_argument_is_checked(tmp_path: Path) -> None:
 def test_snapshots_copy_every_dtype_and_layout_and_keep_ties_and_metadata() -> None:
     from collections import OrderedDict
 
-    from engine.checkpoint_snapshot import SnapshotBuffers
+    from engine.checkpoint.snapshot import SnapshotBuffers
 
     shared = torch.randn(3, 4)
     state: Any = OrderedDict(
@@ -212,8 +214,8 @@ def test_snapshots_copy_every_dtype_and_layout_and_keep_ties_and_metadata() -> N
 
 
 def test_a_large_snapshot_is_copied_by_two_threads_and_exactly() -> None:
-    from engine import checkpoint_snapshot
-    from engine.checkpoint_snapshot import SnapshotBuffers
+    from engine.checkpoint import snapshot as checkpoint_snapshot
+    from engine.checkpoint.snapshot import SnapshotBuffers
 
     copiers: set[str] = set()
     real = checkpoint_snapshot._copy_all

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from engine import Accelerator, AcceleratorState, GradientState, ProjectConfiguration
-from engine.checkpointing import (
+from engine.checkpoint.folders import (
     check_sizes,
     committed_checkpoints,
     next_checkpoint_number,

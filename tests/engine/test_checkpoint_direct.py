@@ -1,4 +1,4 @@
-"""Loading model weights straight into the parameters (engine.checkpoint_direct): taken for plain models, declined
+"""Loading model weights straight into the parameters (engine.checkpoint.direct): taken for plain models, declined
 (changing nothing) whenever load_state_dict could do more than copy bytes, and load_state gives the same result
 either way. Torch files (optimizer states) read by parallel pieces, verified chunk by chunk as they are read."""
 
@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from engine import Accelerator, checkpoint_state, checkpointing
+from engine import Accelerator
 from engine.backends import base as backend_base
-from engine.checkpoint_direct import read_into_module, read_torch_file
-from engine.checkpoint_io import CorruptCheckpointError, save_safetensors, save_torch
+from engine.checkpoint import folders as checkpointing
+from engine.checkpoint import state as checkpoint_state
+from engine.checkpoint.direct import read_into_module, read_torch_file
+from engine.checkpoint.io import CorruptCheckpointError, save_safetensors, save_torch
 
 
 class Tied(torch.nn.Module):

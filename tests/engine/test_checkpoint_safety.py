@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from engine.checkpoint_io import UnsafeCheckpointError
-from engine.checkpointing import MANIFEST_NAME
-from engine.checksum import hash_file
+from engine.checkpoint.checksum import hash_file
+from engine.checkpoint.folders import MANIFEST_NAME
+from engine.checkpoint.io import UnsafeCheckpointError
 from tests.engine.test_checkpoint import Run
 
 

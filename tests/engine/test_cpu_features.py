@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine import Accelerator
-from engine.cpu_features import bf16_slowdown_note, cpu_flags, native_bf16
+from engine.precision.cpu_features import bf16_slowdown_note, cpu_flags, native_bf16
 
 AVX2_ONLY = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})
 SAPPHIRE_RAPIDS = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})

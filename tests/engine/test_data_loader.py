@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from engine import Accelerator, DataLoaderConfiguration, GradientState
-from engine.data_loader import (
+from engine.data.loader import (
     DataLoaderDispatcher,
     DataLoaderShard,
     SkipDataLoader,

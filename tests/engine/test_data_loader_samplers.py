@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from engine.samplers import (
+from engine.data.samplers import (
     BatchSamplerShard,
     IterableDatasetShard,
     SeedableRandomSampler,
@@ -190,7 +190,7 @@ def test_real_count_marks_exactly_the_padding_of_even_batches(split: bool) -> No
     """Keeping the first real_count indices of every batch on every process yields each sample exactly once."""
     from torch.utils.data import BatchSampler
 
-    from engine.samplers import BatchSamplerShard
+    from engine.data.samplers import BatchSamplerShard
 
     for procs in (2, 3):
         for size in (2, 3, 4, 6):

@@ -1,4 +1,4 @@
-"""The limit on waiting for a loader worker (engine/data_workers.py) in one process: settings and the user's own
+"""The limit on waiting for a loader worker (engine/data/workers.py) in one process: settings and the user's own
 DataLoader timeout. The 2-process case (every rank ends) is tests/distributed/test_loader_workers.py."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from engine import DataLoaderConfiguration
-from engine.data_loader import prepare_data_loader
-from engine.data_workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout, WorkerStacks
+from engine.data.loader import prepare_data_loader
+from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, LoaderWorkerTimeout, WorkerStacks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -120,7 +120,7 @@ def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_w
     stacks = WorkerStacks()
     target = stacks.start_pass(persistent=False, num_workers=1, forked=False)
     assert target.directory is not None and not target.descriptors
-    code = ("import sys, threading; from engine.data_workers import StackTarget, register_stack_dump\n"
+    code = ("import sys, threading; from engine.data.workers import StackTarget, register_stack_dump\n"
             "def waiting_for_ever(): threading.Event().wait()\n"
             "keep = register_stack_dump(StackTarget(directory=sys.argv[1]), 0)\n"
             "print('ready', flush=True)\nwaiting_for_ever()\n")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from engine.deepspeed_config import HfDeepSpeedConfig
-from engine.deepspeed_plugin import DeepSpeedPlugin
+from engine.backends.deepspeed_config import HfDeepSpeedConfig
+from engine.backends.deepspeed_plugin import DeepSpeedPlugin
 
 
 class _Shown:

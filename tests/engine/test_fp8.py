@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from engine import Accelerator, AutocastKwargs, DeepSpeedPlugin
-from engine.fp8 import FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from engine.imports import is_torchao_available
+from engine.precision.fp8 import FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 from tests.distributed.fp8_expected import EXPECTED
 from tests.kernel_path import FP8_PINNED, cpu_runs_fp8_training
 
@@ -144,7 +144,7 @@ def test_a_module_filter_replaces_the_whole_rule(run_distributed: Any) -> None:
 
 
 def a_module_filter_replaces_the_whole_rule() -> None:
-    from engine.fp8 import AORecipeKwargs
+    from engine.precision.fp8 import AORecipeKwargs
 
     acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs(module_filter_func=lambda m, f: True)])
     model = acc.prepare(probe_model())
@@ -157,7 +157,7 @@ def a_module_filter_replaces_the_whole_rule() -> None:
 def test_recipe_config_and_environment_are_accelerates(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from engine.fp8 import AORecipeKwargs
+    from engine.precision.fp8 import AORecipeKwargs
 
     recipe = AORecipeKwargs()
     assert {f.name: repr(getattr(recipe.config, f.name)) for f in dataclasses.fields(recipe.config)} == \
@@ -264,7 +264,7 @@ def test_a_model_with_nothing_to_convert_warns() -> None:
 
 @needs_torchao
 def test_fp8_recipe_needs_fp8() -> None:
-    from engine.fp8 import AORecipeKwargs
+    from engine.precision.fp8 import AORecipeKwargs
 
     with pytest.raises(ValueError, match=r"requires setting `mixed_precision='fp8'`. Received: mixed_precision='no'"):
         Accelerator(kwargs_handlers=[AORecipeKwargs()])
@@ -284,7 +284,7 @@ _FP8_AO = r"`backend` must be 'MSAMP' or 'TE' \(TransformerEngine\) to use `FP8R
 ])
 def test_other_fp8_backends_are_refused_naming_torchao(make: Any, error: type, message: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("engine.fp8.is_torchao_available", lambda version="": True)  # refused either way
+    monkeypatch.setattr("engine.precision.fp8.is_torchao_available", lambda version="": True)  # refused either way
     with pytest.raises(error, match=message):
         make()
 
@@ -304,14 +304,14 @@ def test_fp8_backend_variable(backend: str, error: type, message: str, monkeypat
 
 
 def test_without_torchao_fp8_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("engine.fp8.is_torchao_available", lambda version="": False)
+    monkeypatch.setattr("engine.precision.fp8.is_torchao_available", lambda version="": False)
     extra = r"torchao >= 0.6.1, which is not installed: pip install \"ember-train\[fp8\]\""
     with pytest.raises(ImportError, match=extra):
         Accelerator(mixed_precision="fp8")
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp8")
     with pytest.raises(ImportError, match=extra):
         Accelerator()
-    from engine.fp8 import AORecipeKwargs
+    from engine.precision.fp8 import AORecipeKwargs
 
     with pytest.raises(ImportError, match=extra):
         AORecipeKwargs()

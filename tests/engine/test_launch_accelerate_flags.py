@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from engine.launch import add_launch_commands, torchrun_arguments, worker_environment
-from engine.launch_settings import settings_from
+from engine.launch.cli import main
+from engine.launch.settings import settings_from
+from engine.launch.torchrun import add_launch_commands, torchrun_arguments, worker_environment
 from tests.engine import accelerate_launch_values as recorded
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.cli import env_report, main
-from engine.launch import run_script, torchrun_arguments, worker_environment
-from engine.launch_config import LaunchConfig, default_config_path, load_config
-from engine.launch_settings import settings_from
+from engine.launch.cli import env_report, main
+from engine.launch.config import LaunchConfig, default_config_path, load_config
+from engine.launch.settings import settings_from
+from engine.launch.torchrun import run_script, torchrun_arguments, worker_environment
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Which launcher a worker watches, and what it decides when that launcher is gone (``engine.launcher_watch``).
+"""Which launcher a worker watches, and what it decides when that launcher is gone (``engine.launch.watch``).
 
 The end-to-end kills (torchrun, ``ember launch``, a Trainer's own launch) are in
 tests/distributed/test_launcher_death.py; these check the decisions on real processes of this machine.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.launcher_watch import Launcher, LauncherGone, find_launcher, watch_launcher
+from engine.launch.watch import Launcher, LauncherGone, find_launcher, watch_launcher
 
 if not sys.platform.startswith("linux"):
     pytest.skip("the pid-reuse and zombie checks read /proc", allow_module_level=True)

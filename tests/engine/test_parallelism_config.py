@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from engine import ParallelismConfig
-from engine.parallelism_config import TorchContextParallelConfig, TorchTensorParallelConfig
-from engine.tensor_parallel import resolve_plan
+from engine.backends.parallelism_config import TorchContextParallelConfig, TorchTensorParallelConfig
+from engine.backends.tensor_parallel import resolve_plan
 from tests.distributed.model_parallel_script import TinyTransformer
 from tests.distributed.parallelism_config_expected import EXPECTED
 
@@ -80,7 +80,7 @@ def test_checks_raise_accelerates_messages(name: str) -> None:
         got = "OK " + repr(eval(ERRORS[name], scope))  # our own fixed expressions
     except Exception as error:  # noqa: BLE001 - the message is what is compared
         got = f"{type(error).__name__}: {error}"
-    expected = EXPECTED["errors"][name].replace("accelerate.utils.dataclasses.", "engine.parallelism_config.")
+    expected = EXPECTED["errors"][name].replace("accelerate.utils.dataclasses.", "engine.backends.parallelism_config.")
     assert got == expected
 
 

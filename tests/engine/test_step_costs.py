@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from engine import Accelerator
-from engine.optimizer import clear_grads, zeroes_plainly
+from engine.prepare.optimizer import clear_grads, zeroes_plainly
 
 
 @contextmanager

@@ -144,7 +144,7 @@ def test_engine_loop_one_process(tmp_path: Path) -> None:
 
 
 def test_engine_loop_two_processes(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", "2", "--cpu",
+    command = [sys.executable, "-m", "engine.launch.cli", "launch", "--nproc-per-node", "2", "--cpu",
                str(EXAMPLES / "engine_loop.py"), "--project-dir", str(tmp_path / "e"), "--epochs", "1",
                "--max-steps", "4"]
     out = run(command, tmp_path, timeout=90)
@@ -155,7 +155,7 @@ def test_engine_loop_two_processes(tmp_path: Path) -> None:
 
 
 def test_digits_on_two_processes_prints_one_test_accuracy(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", "2", "--cpu",
+    command = [sys.executable, "-m", "engine.launch.cli", "launch", "--nproc-per-node", "2", "--cpu",
                str(EXAMPLES / "digits.py"), "--project-dir", str(tmp_path / "d"), "--max-epochs", "1"]
     out = run(command, tmp_path, timeout=120)  # exits 0: rank 1 writes none of the main process's files
     accuracies = re.findall(r"\[rank (\d)\] Test accuracy (\S+)%", out)

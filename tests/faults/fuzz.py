@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpointing import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
+from engine.checkpoint.folders import TEMP_PREFIX, committed_checkpoints, read_manifest, verify_checksums
 from tests.faults.job import BACKENDS, POINTS
 from trainer.checkpoint import ckpt_file
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine import Accelerator
-from engine.checkpoint_snapshot import SnapshotBuffers
+from engine.checkpoint.snapshot import SnapshotBuffers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

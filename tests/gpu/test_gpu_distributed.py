@@ -62,8 +62,8 @@ def test_bf16_autocast_trains_on_cuda() -> None:
 def _fsdp2_on_cuda_one_rank(folder: str) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from engine.fsdp import FullyShardedDataParallelPlugin, apply_fsdp2, full_state_dict
-    from engine.fsdp_checkpoint import load_sharded_model, save_sharded
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin, apply_fsdp2, full_state_dict
+    from engine.backends.fsdp_checkpoint import load_sharded_model, save_sharded
 
     dist.init_process_group("nccl", rank=0, world_size=1)
     torch.cuda.set_device(0)
@@ -92,7 +92,7 @@ def test_fsdp2_on_cuda_with_nccl_and_bf16(run_distributed: Any, tmp_path: Path) 
 
 def _train_two_gpus(use_fsdp: bool) -> list[float]:
     from engine import Accelerator
-    from engine.fsdp import FullyShardedDataParallelPlugin
+    from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
     acc = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(min_num_params=1000) if use_fsdp else None)
     assert acc.state.backend == "nccl"
@@ -133,7 +133,7 @@ def test_nccl_rank_failure_ends_every_rank(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["EMBER_CONFIG_FILE"] = str(tmp_path / "none.yaml")
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "launch", "--nproc-per-node", "2", "fail.py"],
+    done = subprocess.run([sys.executable, "-m", "engine.launch.cli", "launch", "--nproc-per-node", "2", "fail.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0 and time.monotonic() - start < 30
     assert (done.stdout + done.stderr).count("ValueError: boom at step 5 on rank 1") == 1

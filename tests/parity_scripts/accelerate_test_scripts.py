@@ -12,7 +12,7 @@ functions that pass on one side and fail on the other (run both and pass ``--com
 
 The shim: a module finder serves ``accelerate`` and every ``accelerate.*`` module except ``accelerate.test_utils``
 as a stand-in module whose names are looked up in the engine's modules (``engine``, ``engine.utils``,
-``engine.data_loader``, ...), so ``from accelerate.utils import gather`` gives ``engine.utils.gather``; a name
+``engine.data.loader``, ...), so ``from accelerate.utils import gather`` gives ``engine.utils.gather``; a name
 the engine lacks fails the import as it would for a port. ``accelerate.test_utils`` (its helpers and the scripts)
 is loaded from Accelerate's installed files, unchanged; an ``is_*_available`` that the engine does not define
 answers False there (a feature Ember does not have). Nothing of Accelerate is copied into this repository.
@@ -48,10 +48,10 @@ SCRIPTS = ["test_script", "test_ops", "test_sync", "test_distributed_data_loop",
 # Started as one process that launches the others itself (notebook_launcher), told how many by this variable.
 SELF_LAUNCHING = {"test_notebook": "ACCELERATE_NUM_PROCESSES"}
 # Where the stand-in modules look names up, in this order.
-ENGINE_MODULES = ["engine", "engine.utils", "engine.state", "engine.data_loader", "engine.operations",
-                  "engine.random", "engine.samplers", "engine.optimizer", "engine.scheduler", "engine.config",
-                  "engine.imports", "engine.launchers", "engine.logging", "engine.local_sgd", "engine.memory",
-                  "engine.environment", "engine.accelerator", "engine.tracking", "engine.parallel"]
+ENGINE_MODULES = ["engine", "engine.utils", "engine.state", "engine.data.loader", "engine.operations",
+                  "engine.random", "engine.data.samplers", "engine.prepare.optimizer", "engine.prepare.scheduler", "engine.config",
+                  "engine.imports", "engine.launch.launchers", "engine.logging", "engine.local_sgd", "engine.memory.batch_size",
+                  "engine.environment", "engine.accelerator", "engine.tracking.hub", "engine.prepare.parallel"]
 
 
 class _StandIn(types.ModuleType):

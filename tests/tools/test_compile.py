@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from engine.checkpoint_io import load_safetensors
+from engine.checkpoint.io import load_safetensors
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""`engine.tracking.TrackerHub`: validation of log_with, call order, ranks, get(), run identities."""
+"""`engine.tracking.hub.TrackerHub`: validation of log_with, call order, ranks, get(), run identities."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.tracking import TrackerHub
+from engine.tracking.hub import TrackerHub
 from trackers import CSVTracker, GeneralTracker, available_trackers
 
 

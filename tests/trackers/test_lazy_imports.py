@@ -14,12 +14,12 @@ heavy = ("tensorboard", "wandb", "comet_ml", "mlflow")
 import trackers
 loaded = [m for m in (*heavy, "tqdm") if m in sys.modules]
 assert not loaded, f"import trackers loaded {loaded}"
-import engine, engine.tracking
+import engine, engine.tracking.hub
 loaded = [m for m in heavy if m in sys.modules]
 assert not loaded, f"import engine loaded {loaded}"
 
 root = tempfile.mkdtemp()
-hub = engine.tracking.TrackerHub(["csv", "tensorboard", "wandb", "comet_ml", "mlflow"], root, is_main_process=True)
+hub = engine.tracking.hub.TrackerHub(["csv", "tensorboard", "wandb", "comet_ml", "mlflow"], root, is_main_process=True)
 built = [trackers.TensorBoardTracker("p", root), trackers.WandBTracker("p"), trackers.CometMLTracker("p"),
          trackers.MLflowTracker("p", root)]
 loaded = [m for m in heavy if m in sys.modules]

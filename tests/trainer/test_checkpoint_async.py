@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from callbacks import Callback, ModelCheckpoint
-from engine import Accelerator, checkpoint_io
-from engine.checkpoint_io import CheckpointError
+from engine import Accelerator
+from engine.checkpoint import io as checkpoint_io  # the real module: a test patches its private writer
+from engine.checkpoint.io import CheckpointError
 from tests.trainer.helpers import QUIET, Regressor, data
 from tests.trainer.test_checkpoint import NOISY, _fit
 from tests.trainer.test_preemption import Signal
@@ -88,7 +89,7 @@ def test_the_preemption_save_is_synchronous(tmp_path: Any, save_calls: list[bool
         trainer.fit(Regressor(), data(n=24))
     # Step 3's checkpoint is on disk when the process stops: written synchronously, or waited for.
     assert save_calls == ([True, True, True] if every == 1 else [True, False])
-    assert trainer.accelerator._async_checkpointer.in_flight is False  # type: ignore[union-attr]
+    assert trainer.accelerator._checkpointer.async_checkpointer.in_flight is False  # type: ignore[union-attr]
     # Just saved at step 3 (every=1), or step 2's checkpoint and the preemption's last.ckpt at step 3.
     expected = ["epoch=0-step=3.ckpt"] if every == 1 else ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert sorted(os.listdir(tmp_path / "checkpoints")) == expected

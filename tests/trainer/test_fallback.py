@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError
+from engine.checkpoint.io import CheckpointError, CorruptCheckpointError
 from tests.trainer.helpers import QUIET, Regressor, damage, data
 from trainer import Trainer
 from trainer.checkpoint.identity import read_identity

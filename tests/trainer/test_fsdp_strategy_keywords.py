@@ -10,7 +10,7 @@ import torch
 from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from engine.fsdp import FullyShardedDataParallelPlugin
+from engine.backends.fsdp import FullyShardedDataParallelPlugin
 from trainer.strategies import FSDPStrategy
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from engine.checkpoint_io import CorruptCheckpointError, UnsafeCheckpointError
+from engine.checkpoint.io import CorruptCheckpointError, UnsafeCheckpointError
 from tests.trainer import lightning_roundtrip as roundtrip
 from tests.trainer.helpers import QUIET, Regressor, damage, data
 from tests.trainer.lightning_ckpt_expected import EXPECTED

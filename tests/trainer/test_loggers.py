@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.tracking import TrackerHub
+from engine.tracking.hub import TrackerHub
 from tests.trackers.test_comet_tracker import QUIET, _messages, _metrics, comet_env  # noqa: F401 - fixture
 from tests.trackers.test_wandb_tracker import wandb_offline  # noqa: F401 - fixture
 from tests.trackers.wandb_reader import find_run_files, read_run

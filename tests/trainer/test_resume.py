@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import Callback
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 from tests.trainer.helpers import QUIET, MemoryTracker, Recorder, Regressor, data
 from tests.trainer.resume_script import launch
 from trainer import Trainer

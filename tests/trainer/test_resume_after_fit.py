@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import Callback
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 from tests.trainer.helpers import QUIET, Regressor
 from trainer import Trainer
 

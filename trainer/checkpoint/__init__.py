@@ -10,5 +10,5 @@
   one-file ``.ckpt`` layout (``format`` shows it).
 
 The files of a checkpoint folder (sharded backends), its commit and its checks are the engine's
-(``engine.checkpointing``).
+(``engine.checkpoint.folders``).
 """

@@ -20,8 +20,8 @@ import torch
 
 from callbacks import ModelCheckpoint
 from engine import Accelerator, gather_object
-from engine.checkpoint_io import CheckpointError
-from engine.checkpoint_save import describe, first_failure, raise_agreed
+from engine.checkpoint.io import CheckpointError
+from engine.checkpoint.save import describe, first_failure, raise_agreed
 from engine.environment import EngineEnvironment
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.entry import TrainerEntry

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import (
+from engine.checkpoint.io import (
     CorruptCheckpointError,
     UnsafeCheckpointError,
     atomic_write,

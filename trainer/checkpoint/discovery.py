@@ -1,6 +1,6 @@
 """Which checkpoints a folder holds, oldest first: committed checkpoint folders and Ember ``.ckpt`` files.
 
-A folder counts once its manifest is committed (``engine.checkpointing``); a file once it is in place (it is
+A folder counts once its manifest is committed (``engine.checkpoint.folders``); a file once it is in place (it is
 renamed there complete), unless it is a weights-only file (it cannot resume a run) or not Ember's (another tool's
 file in the same folder is never resumed by ``"last"``). A file whose structure does not even load is listed too,
 at its modification time: it may be a damaged Ember checkpoint, and resume reports it instead of skipping it
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, UnsafeCheckpointError
+from engine.checkpoint import folders
+from engine.checkpoint.io import CheckpointError, UnsafeCheckpointError
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.ckpt_file import EMBER_KEY
 from trainer.checkpoint.lightning_format import is_ember

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from callbacks import Callback
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 from trainer.checkpoint.format import FORMAT, VERSION, check_format, check_plain
 from trainer.checkpoint.hparams_io import encode_hparams
 from trainer.checkpoint.identity import identity_of, new_run_id

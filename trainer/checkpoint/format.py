@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 
 FORMAT = "ember-trainer"
 VERSION = 1

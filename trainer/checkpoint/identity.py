@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, load_torch
+from engine.checkpoint import folders
+from engine.checkpoint.io import CheckpointError, CorruptCheckpointError, load_torch
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.format import FORMAT
 from trainer.checkpoint.lightning_format import identity_in, is_ember

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 from engine.version import __version__
 from trainer.checkpoint.ckpt_file import EMBER_KEY, FORMAT, VERSION
 from trainer.checkpoint.format import FORMAT as ENTRY_FORMAT

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint_io import CheckpointError
+from engine.checkpoint.io import CheckpointError
 from trainer.checkpoint.lightning_format import SCALER_KEY
 from trainer.state import TrainState
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, load_torch
-from engine.checkpoint_state import custom_name, read_model_weights
+from engine.checkpoint import folders
+from engine.checkpoint.io import CheckpointError, load_torch
+from engine.checkpoint.state import custom_name, read_model_weights
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.ckpt_file import EMBER_KEY
 from trainer.checkpoint.format import FORMAT

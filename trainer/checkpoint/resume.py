@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from engine import Accelerator, broadcast_object_list, gather_object
-from engine import checkpointing as folders
-from engine.checkpoint_io import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
-from engine.checkpoint_save import describe, first_failure, raise_agreed
-from engine.checkpoint_state import read_model_weights
+from engine.checkpoint import folders
+from engine.checkpoint.io import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
+from engine.checkpoint.save import describe, first_failure, raise_agreed
+from engine.checkpoint.state import read_model_weights
 from trainer.checkpoint import ckpt_file, discovery
 from trainer.checkpoint.identity import check_module, of_job, same_run
 from trainer.checkpoint.lightning_format import check_version, is_ember, values_of

@@ -10,7 +10,7 @@ The engine's ``load_state`` itself keeps Accelerate's behaviour (a warning): it 
 
 from __future__ import annotations
 
-from engine import checkpointing as folders
+from engine.checkpoint import folders
 
 OPT_IN_VARIABLE = "EMBER_ALLOW_WORLD_SIZE_CHANGE"
 

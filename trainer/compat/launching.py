@@ -108,8 +108,8 @@ def processes_to_start(devices: int | None, num_nodes: Any) -> int:
 
 def launch_and_exit(processes: int, cpu: bool, precision: str | None, fsdp: bool) -> NoReturn:
     """Run this script again in ``processes`` workers through torchrun's machinery; exit with their status."""
-    from engine.launch import launch
-    from engine.launch_config import LaunchConfig
+    from engine.launch.config import LaunchConfig
+    from engine.launch.torchrun import launch
 
     if "PYTEST_CURRENT_TEST" in os.environ:
         raise RuntimeError(f"Trainer(devices={processes}) from a single process would run the test runner again in "

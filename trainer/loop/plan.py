@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from engine import Accelerator, broadcast_object_list
-from engine.optimizer import zeroes_plainly
+from engine.prepare.optimizer import zeroes_plainly
 from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
@@ -88,7 +88,7 @@ class RunPlan:
         self.custom_optimizer_step = self.custom_zero_grad = self.clip = self.custom_clipping = False
         self.custom_backward = False  # the module overrides backward: the trainer calls it instead of the engine's
         self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
-        self.plain_zero_grad = False  # its zero_grad is torch's own (engine.optimizer.clear_grads may replace it)
+        self.plain_zero_grad = False  # its zero_grad is torch's own (engine.prepare.optimizer.clear_grads may replace it)
 
     # -- fit ------------------------------------------------------------------------------------------------
     def attach(self, module: Any, compile_options: dict[str, Any] | None, check: Callable[[Any], Any]) -> Any:

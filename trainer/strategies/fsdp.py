@@ -16,7 +16,7 @@ import torch
 from engine import InitProcessGroupKwargs
 from trainer.strategies.base import Strategy
 
-# The plugin's keywords (engine.fsdp.FullyShardedDataParallelPlugin), accepted as they are.
+# The plugin's keywords (engine.backends.fsdp.FullyShardedDataParallelPlugin), accepted as they are.
 _PLUGIN = {"transformer_cls_names_to_wrap", "min_num_params", "reshard_after_forward", "cpu_offload",
            "mixed_precision_policy", "state_dict_type", "sync_module_states", "fsdp_version",
            "activation_checkpointing", "activation_checkpointing_offload"}
@@ -60,7 +60,7 @@ class FSDPStrategy(Strategy):
         self.plugin_kwargs, self.process_group_kwargs = translate(kwargs)
 
     def accelerator_kwargs(self, world_size: int = 1, num_nodes: int = 1) -> dict[str, Any]:
-        from engine.fsdp import FullyShardedDataParallelPlugin  # lazy: keeps `import trainer` cheap
+        from engine.backends.fsdp import FullyShardedDataParallelPlugin  # lazy: keeps `import trainer` cheap
 
         built: dict[str, Any] = {"fsdp_plugin": FullyShardedDataParallelPlugin(**self.plugin_kwargs)}
         if self.process_group_kwargs:

@@ -75,7 +75,7 @@ class ModelParallelStrategy(Strategy):
         self._data_parallel_size, self._tensor_parallel_size = data, tensor
         kwargs: dict[str, Any] = {"parallelism_config": ParallelismConfig(dp_shard_size=data, tp_size=tensor)}
         if not self._save_distributed_checkpoint:
-            from engine.fsdp import FullyShardedDataParallelPlugin
+            from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
             kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(state_dict_type="FULL_STATE_DICT")
         if self._process_group_backend is not None or self._timeout != _DEFAULT_TIMEOUT:

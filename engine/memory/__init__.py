@@ -1,0 +1,1 @@
+"""Fitting in memory: retrying with a smaller batch on out-of-memory, and activation checkpointing."""

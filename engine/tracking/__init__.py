@@ -1,0 +1,1 @@
+"""What a run reports: the experiment trackers on the right ranks (`TrackerHub`) and the torch profiler."""
