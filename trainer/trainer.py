@@ -220,7 +220,7 @@ class Trainer:
         assert module is not None
         folder = self.checkpointer.restore(resume, module)
         self.plan.line_up_loaders(self.state)
-        self.checkpointer.saved_position = self.checkpointer.position()  # no interrupt save of this very point
+        self.checkpointer.restored_here()  # no interrupt save of this very point
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")

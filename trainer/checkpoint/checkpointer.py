@@ -270,6 +270,10 @@ class Checkpointer:
         state = self.entry.state
         return state.epoch, state.batch_in_epoch, state.micro_step
 
+    def restored_here(self) -> None:
+        """The run was just restored from a checkpoint of this very position: an interrupt now saves nothing."""
+        self.saved_position = self.position()
+
     def saved_here(self) -> bool:
         """Whether the newest checkpoint of this run holds the position the run stands at now."""
         return self.saved_position == self.position()
