@@ -92,7 +92,9 @@ def pick_run_dir(root: Path) -> tuple[Path, bool]:
     versions = sorted((int(p.name[8:]), p) for p in root.glob("version_*") if p.name[8:].isdigit())
     if versions:
         newest = versions[-1][1]
-        if not (newest / DONE).exists() and any((newest / "checkpoints").glob("*/manifest.json")):
+        checkpoints = newest / "checkpoints"  # .ckpt files (one process), or folders with a manifest
+        if not (newest / DONE).exists() and (any(checkpoints.glob("[!.]*.ckpt")) or
+                                             any(checkpoints.glob("*/manifest.json"))):
             return newest, True
     return root / f"version_{versions[-1][0] + 1 if versions else 0}", False
 

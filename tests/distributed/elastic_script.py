@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import Callback, ModelCheckpoint
 from trainer import Trainer, TrainModule
+from trainer.checkpoint import ckpt_file
 
 EVERY = 3  # optimizer steps between checkpoints
 SAMPLES = 48  # 2 ranks x batches of 4: 6 steps an epoch
@@ -68,7 +69,7 @@ class Hold(Callback):
         self._hold(trainer, self.at_step)
 
     def inside_save(self, trainer: Trainer) -> None:
-        """Called by the engine inside ``save_state``, once the checkpoint's temporary folder exists."""
+        """Called inside a checkpoint's write, once its temporary file exists."""
         self._hold(trainer, self.in_save)
 
 
@@ -88,7 +89,16 @@ def main() -> None:
                       enable_progress_bar=False, enable_model_summary=False, log_with="csv",
                       project_dir=args.out_dir,
                       callbacks=[ModelCheckpoint(every_n_train_steps=EVERY, save_last=True), hold])
-    trainer.accelerator.register_save_state_pre_hook(lambda models, weights, folder: hold.inside_save(trainer))
+    # A DDP checkpoint is one .ckpt file that rank 0 writes (trainer/checkpoint/ckpt_file.py): hold inside its
+    # write, once the temporary file is complete but not yet renamed into place.
+    real_save = ckpt_file.save_torch
+
+    def save_then_hold(obj: Any, temp: str) -> Any:
+        written = real_save(obj, temp)
+        hold.inside_save(trainer)
+        return written
+
+    ckpt_file.save_torch = save_then_hold
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(SAMPLES, 4, generator=generator)
     data = TensorDataset(x, x.sum(dim=1, keepdim=True))

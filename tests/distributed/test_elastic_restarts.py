@@ -161,11 +161,11 @@ def test_a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bitwise(reference
 
 def test_a_rank_killed_inside_a_checkpoint_save_resumes_from_the_previous_one(reference: Path, tmp_path: Path,
                                                                               jobs: list[Job]) -> None:
-    # Rank 1 stops inside the save of step 6 (a save-state pre-hook), its temporary folder already made: that
-    # checkpoint never commits.
-    jobs.append(job := Job(tmp_path, f"127.0.0.1:{free_port()}", "--hold-in-save", "6"))
+    # Rank 0, the writer of a DDP run's .ckpt file, stops inside the write of step 6's, its temporary file complete
+    # but not renamed into place: that checkpoint never commits.
+    jobs.append(job := Job(tmp_path, f"127.0.0.1:{free_port()}", "--hold-in-save", "6", "--hold-rank", "0"))
     held = _held_pid(tmp_path, jobs)
-    assert list((tmp_path / "checkpoints").glob(".tmp-*")), sorted(os.listdir(tmp_path / "checkpoints"))
+    assert list((tmp_path / "checkpoints").glob(".*.tmp-*")), sorted(os.listdir(tmp_path / "checkpoints"))
     os.kill(held, signal.SIGKILL)
     assert job.wait() == 0, job.output()
     output = job.output()

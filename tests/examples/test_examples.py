@@ -46,16 +46,18 @@ def example(name: str, *args: str) -> list[str]:
 
 
 def committed_checkpoints(folder: Path) -> list[Path]:
-    """Checkpoint folders under ``folder`` whose save completed (a manifest, not in a ``.tmp-`` folder).
+    """Checkpoints under ``folder`` whose save completed: ``.ckpt`` files in place and folders with a manifest
+    (sharded and asynchronous saves), not hidden temporaries (``.name.tmp-...``).
 
-    Walks by hand, skipping ``.tmp-`` folders and tolerating folders that vanish meanwhile: a running example
-    renames its temporary folder into place while this polls (``Path.rglob`` would raise on that).
+    Walks by hand, tolerating entries that vanish meanwhile: a running example renames its temporary file or
+    folder into place while this polls (``Path.rglob`` would raise on that).
     """
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".tmp-")]
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
         if "manifest.json" in files:
             found.append(Path(root))
+        found += [Path(root) / name for name in files if name.endswith(".ckpt") and not name.startswith(".")]
     return found
 
 

@@ -43,8 +43,12 @@ def fit(module: Any, folder: str, ckpt_path: str | None = None, epochs: int = 2,
     return trainer
 
 
-def weights_file(folder: str) -> dict[str, torch.Tensor]:
-    return load_safetensors(os.path.join(folder, "model.safetensors"))
+def weights_file(path: str) -> dict[str, torch.Tensor]:
+    """The module weights a checkpoint holds: a ``.ckpt`` file's ``state_dict`` (one process), or a folder's
+    ``model.safetensors``."""
+    if os.path.isdir(path):
+        return load_safetensors(os.path.join(path, "model.safetensors"))
+    return torch.load(path)["state_dict"]  # torch's defaults: weights_only=True
 
 
 def test_fit_a_compiled_module_trains_checkpoints_resumes_and_loads_uncompiled(tmp_path: Any) -> None:
