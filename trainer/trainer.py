@@ -134,8 +134,8 @@ class Trainer:
         self._loggers = lightning.loggers
         # log_with= asked for trackers (fast_dev_run starts none): trainer.loggers is then Lightning's DummyLogger.
         self._trackers_asked = lightning.log_with not in (UNSET, None, False, "", [], ())
-        self.strategy = lightning.strategy  # Lightning's trainer.strategy: DDPStrategy / FSDPStrategy / ...
-        self.strategy.connect(self)  # sets it up: e.g. ModelParallelStrategy's ("data_parallel", "tensor_parallel") mesh
+        # Lightning's trainer.strategy (DDPStrategy / FSDPStrategy / ...), set up: e.g. ModelParallelStrategy's mesh.
+        self.strategy = lightning.strategy.connect(self)
         callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
                                     lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)

@@ -58,3 +58,17 @@ def test_collectives_on_two_processes() -> None:
 def test_a_strategy_not_connected_says_how_to_connect_it() -> None:
     with pytest.raises(RuntimeError, match=r"not connected to a Trainer yet: pass it as Trainer\(strategy=...\)"):
         _ = DDPStrategy().root_device
+
+
+def test_a_strategy_object_given_to_two_trainers_answers_for_each() -> None:
+    # The Tuner's and the LR finder's search trainers are built from the same config: the first Trainer's steps
+    # must still go through its own strategy once a second one exists.
+    shared = DDPStrategy()
+    first = Trainer(**QUIET, max_steps=2, strategy=shared)
+    second = Trainer(**QUIET, max_steps=1, strategy=shared)
+    assert first.strategy is shared and second.strategy is not shared and isinstance(second.strategy, DDPStrategy)
+    second.fit(Regressor(), data())
+    first.fit(Regressor(), data())
+    assert (first.global_step, second.global_step) == (2, 1)
+    assert first.strategy.lightning_module is first.lightning_module
+    assert second.strategy.lightning_module is second.lightning_module

@@ -13,6 +13,7 @@ the run itself.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -49,11 +50,18 @@ class Strategy(ABC):
         """After ``configure_model``: raise if the module split itself in a way this strategy cannot run."""
 
     # -- Lightning's strategy surface, answered by the connected Trainer ------------------------------------------
-    def connect(self, trainer: Any) -> None:
-        """Connect to the ``Trainer`` that runs with this strategy (weakly: a strategy never keeps a trainer alive)
-        and ``setup`` with its engine."""
-        self.__dict__["_trainer_ref"] = weakref.ref(trainer)
-        self.setup(trainer.accelerator)
+    def connect(self, trainer: Any) -> Strategy:
+        """This strategy, connected to ``trainer`` (weakly: a strategy never keeps a trainer alive) and set up with
+        its engine; returns what ``trainer.strategy`` is.
+
+        A strategy another live Trainer holds is copied first: the Tuner's and the LR finder's search trainers are
+        built from the same config, and each Trainer's steps must go through its own (``backward``)."""
+        ref = self.__dict__.get("_trainer_ref")
+        holder = ref() if ref is not None else None
+        strategy = self if holder is None or holder is trainer else copy.copy(self)
+        strategy.__dict__["_trainer_ref"] = weakref.ref(trainer)
+        strategy.setup(trainer.accelerator)
+        return strategy
 
     def _trainer(self) -> Any:
         ref = self.__dict__.get("_trainer_ref")
