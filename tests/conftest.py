@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -170,23 +170,3 @@ def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, tim
 @pytest.fixture(name="run_distributed")
 def run_distributed_fixture() -> Callable[..., list[Any]]:
     return run_distributed
-
-
-def _reset_engine_state() -> None:
-    state = sys.modules.get("engine.state")
-    if state is not None:
-        state.AcceleratorState._reset_state(reset_partial_state=True)
-        state.GradientState._reset_state()
-
-
-@pytest.fixture(autouse=True)
-def _restore_environment() -> Iterator[None]:
-    """Each test gets the environment, process group and engine state it started with."""
-    saved = dict(os.environ)
-    _reset_engine_state()
-    yield
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    _reset_engine_state()
-    os.environ.clear()
-    os.environ.update(saved)

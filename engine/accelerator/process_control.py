@@ -19,8 +19,8 @@ class ProcessControl:
     Owns the trigger flag (``set_trigger`` / ``check_trigger``). Which process this is comes from ``state`` at each
     call; whether the run is distributed is fixed with the process group.
 
-    >>> from engine.state import AcceleratorState
-    >>> control = ProcessControl(AcceleratorState(cpu=True), use_distributed=False)
+    >>> from engine import Accelerator
+    >>> control = ProcessControl(Accelerator(cpu=True).state, use_distributed=False)
     >>> control.set_trigger()
     >>> control.check_trigger(), control.check_trigger()
     (True, False)
