@@ -472,6 +472,8 @@ class AcceleratorState:
             if parallelism_config.total_size == 1 and self._partial.num_processes > 1:
                 parallelism_config.dp_replicate_size = self._partial.num_processes  # plain DDP, as in Accelerate
             parallelism_config.check_world(self._partial.num_processes)
+            if parallelism_config.mesh_dims and self._partial.num_processes == 1:
+                process_group_of_one(self._partial.device)  # named dimensions make a mesh of one process too
             mesh = parallelism_config.build_device_mesh(self._partial.device.type)
         AcceleratorState._shared = _AcceleratorRecord(precision, fsdp_plugin, dynamo_plugin, deepspeed_plugin,
                                                       parallelism_config, mesh)

@@ -67,4 +67,4 @@ def mesh_rank(config: ParallelismConfig | None, mesh: Any, dimension: str) -> in
     enabled, what = _DIMENSIONS[dimension]
     if config is None:
         raise RuntimeError(f"{what} is not configured. Set `parallelism_config` first.")
-    return mesh.get_local_rank(dimension) if getattr(config, enabled) else 0
+    return mesh.get_local_rank(config.mesh_name(dimension)) if getattr(config, enabled) else 0

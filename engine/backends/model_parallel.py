@@ -59,11 +59,15 @@ class ModelParallel(FSDP2):
         if self.config.dp_shard_enabled and not any(fsdp.is_sharded(m) for m in model.modules()):
             fsdp.apply_fsdp2(model, dataclasses.replace(plugin, sync_module_states=False),
                              self.state.mixed_precision, self.state.device,
-                             mesh=self.mesh[tuple(self.config.fsdp_dim_names)])
+                             mesh=self._dims(*self.config.fsdp_dim_names))
         fsdp.remember_replaced(model, before)
         for optimizer in optimizers:  # prepared earlier: still pointing at the whole parameters
             fsdp.retarget_optimizer(optimizer, [model])
         return model
+
+    def _dims(self, *dimensions: str) -> Any:
+        """The mesh's slice over ``dimensions``, asked by Accelerate's names (a caller may have renamed some)."""
+        return self.mesh[tuple(self.config.mesh_name(name) for name in dimensions)]
 
     def _split(self, model: torch.nn.Module) -> None:
         tp_size = self.config.tp_size
@@ -72,7 +76,7 @@ class ModelParallel(FSDP2):
             if declared is not None and declared != tp_size:
                 raise ValueError(f"tp_size in the plugin {tp_size} should be same as model's tp size {declared}")
             return
-        tensor_parallel.apply_plan(model, self.mesh["tp"])
+        tensor_parallel.apply_plan(model, self._dims("tp"))
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         # Gathered to rank 0, on the CPU; the other ranks get an empty dict (as FSDP2's).
@@ -85,10 +89,10 @@ class ModelParallel(FSDP2):
     def data_shard(self) -> tuple[int, int]:
         if not self.config.dp_dim_names:
             return 1, 0
-        return self.config.data_parallel_size, self.mesh["dp"].get_local_rank()
+        return self.config.data_parallel_size, self._dims("dp").get_local_rank()
 
     def data_parallel_group(self) -> Any:
-        return self.mesh["dp"].get_group() if self.config.dp_dim_names else LOCAL
+        return self._dims("dp").get_group() if self.config.dp_dim_names else LOCAL
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def models_to_save(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any],

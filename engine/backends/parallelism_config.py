@@ -17,6 +17,7 @@ from typing import Any, Literal
 from engine.environment import EngineEnvironment
 
 _DIMENSIONS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")  # the mesh's order (tp last: consecutive ranks)
+_FLATTENED = ("dp", "dp_shard_cp", "dp_cp")  # the flattened dimensions build_device_mesh adds
 _CP_STRATEGIES = ("allgather", "alltoall")
 
 
@@ -119,6 +120,8 @@ class ParallelismConfig:
             self.cp_handler = TorchContextParallelConfig()
         if self.sp_size > 1 and self.sp_handler is None:  # type: ignore[operator]
             self.sp_handler = DeepSpeedSequenceParallelConfig()
+        # Not a dataclass field: Accelerate's fields stay as they are (see name_mesh_dims).
+        self._mesh_names: dict[str, str] = {}
         self._check()
 
     def _check(self) -> None:
@@ -191,6 +194,41 @@ class ParallelismConfig:
         return self._size("sp") > 1
 
     # -- dimension names ----------------------------------------------------------------------------------------
+    def name_mesh_dims(self, names: dict[str, str]) -> None:
+        """Give some of the mesh's own dimensions the names of a caller's vocabulary (Ember's addition).
+
+        The Trainer's ``ModelParallelStrategy`` hands the module Lightning's mesh, whose dimensions are
+        ``"data_parallel"`` and ``"tensor_parallel"`` and exist even at size 1: naming ``dp_shard`` and ``tp`` so
+        makes the engine's mesh that mesh, so a run has one ``DeviceMesh`` and the engine shards over the same
+        process groups the module split itself on. A named dimension is in the mesh at any size; the engine
+        itself goes on asking for dimensions by Accelerate's names (``mesh_name`` translates).
+
+        >>> config = ParallelismConfig(tp_size=2)
+        >>> config.name_mesh_dims({"dp_shard": "data_parallel", "tp": "tensor_parallel"})
+        >>> config.mesh_dims, config.mesh_name("tp"), config.mesh_name("dp")
+        (['dp_shard', 'tp'], 'tensor_parallel', 'dp')
+        """
+        taken = {*_DIMENSIONS, *_FLATTENED}
+        for dimension, name in names.items():
+            if dimension not in _DIMENSIONS:
+                raise ValueError(f"name_mesh_dims got the dimension {dimension!r}; the mesh's dimensions are "
+                                 f"{list(_DIMENSIONS)}.")
+            if not isinstance(name, str) or not name or name in taken:
+                raise ValueError(f"name_mesh_dims({dimension!r}: {name!r}): a new name must be a non-empty string "
+                                 f"other than the engine's own names {sorted(taken)}.")
+        if len(set(names.values())) != len(names):
+            raise ValueError(f"name_mesh_dims({names}): two dimensions cannot take the same name.")
+        self._mesh_names = dict(names)
+
+    def mesh_name(self, dimension: str) -> str:
+        """The name ``dimension`` (one of Accelerate's, or a flattened one: ``dp``...) has in the built mesh."""
+        return self._mesh_names.get(dimension, dimension)
+
+    @property
+    def mesh_dims(self) -> list[str]:
+        """The dimensions the built mesh has, in mesh order: those of size above 1, and the named ones."""
+        return [name for name in _DIMENSIONS if self._size(name) > 1 or name in self._mesh_names]
+
     @property
     def active_mesh_dims(self) -> list[str]:
         """The mesh's own dimensions, in mesh order (those of size above 1)."""
@@ -219,18 +257,19 @@ class ParallelismConfig:
 
     # -- the mesh -------------------------------------------------------------------------------------------------
     def build_device_mesh(self, device_type: str) -> Any:
-        """The device mesh over the processes (``None`` when every size is 1), with the flattened ``dp``,
-        ``dp_shard_cp`` and ``dp_cp`` dimensions. Needs the process group."""
-        dims = self.active_mesh_dims
+        """The device mesh over the processes (``None`` when every size is 1 and no dimension is named), with the
+        flattened ``dp``, ``dp_shard_cp`` and ``dp_cp`` dimensions. Needs the process group."""
+        dims = self.mesh_dims
         if not dims:
             return None
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh(device_type, tuple(self._size(name) for name in dims), mesh_dim_names=tuple(dims))
+        mesh = init_device_mesh(device_type, tuple(self._size(name) for name in dims),
+                                mesh_dim_names=tuple(self.mesh_name(name) for name in dims))
         for flat, names in (("dp", self.dp_dim_names), ("dp_shard_cp", self.dp_shard_cp_dim_names),
                             ("dp_cp", self.dp_cp_dim_names)):
             if names:
-                mesh[tuple(names)]._flatten(flat)
+                mesh[tuple(self.mesh_name(name) for name in names)]._flatten(flat)
         return mesh
 
     def check_world(self, num_processes: int) -> None:

@@ -252,7 +252,10 @@ def main() -> None:
     if trainer.global_rank == 0:
         with open(args.out, "w") as f:
             json.dump({**model.result, "world_size": trainer.world_size, "global_step": trainer.global_step,
-                       "hook_log": model.hook_log, "mesh": model.mesh_info}, f)
+                       "hook_log": model.hook_log, "mesh": model.mesh_info,
+                       # Ember's promise (issue 43): the module's mesh is the engine's, not a second one.
+                       "one_mesh": getattr(trainer, "accelerator", None) is not None
+                       and model.device_mesh is getattr(trainer.accelerator, "torch_device_mesh", None)}, f)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,16 @@ def test_model_parallel_errors_and_defaults_are_lightnings(tmp_path: Path) -> No
         assert found[name].startswith(expected), (name, found[name], expected)
 
 
+@pytest.mark.parametrize("args", [("--dp", "1", "--tp", "1"), ("--dp", "1", "--tp", "2")], ids=["1x1", "1x2"])
+def test_the_module_splits_itself_on_the_engines_one_mesh(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # One DeviceMesh per run: the module's `device_mesh` is the Accelerator's, with Lightning's names at any size
+    # (runs on any CPU: nothing here is compared with recorded bits).
+    result = run(tmp_path, "run", *args, "--epochs", "1")
+    assert result["one_mesh"] is True
+    assert result["mesh"]["dim_names"] == ["data_parallel", "tensor_parallel"]
+    assert result["mesh"]["shape"] == [int(args[1]), int(args[3])]
+
+
 @pytest.mark.recorded_bits
 def test_a_1x1_mesh_on_one_process_saves_and_resumes_bitwise(tmp_path: Path) -> None:
     # configure_model splits the model on a mesh of one process (DTensor parameters under the single-process

@@ -119,3 +119,21 @@ def test_plan_errors_name_the_module_and_the_fix() -> None:
     assert sorted(resolved) == ["layers.*.attention.wq", "output"]  # torch's parallelize_module matches "*"
     assert type(resolved["output"]).__name__ == "ColwiseParallel"
     assert type(resolved["layers.*.attention.wq"]).__name__ == "ColwiseParallel"
+
+
+def test_named_dimensions_are_kept_at_size_one_and_bad_names_are_refused() -> None:
+    # Ember's addition (the Trainer's ModelParallelStrategy names the engine's mesh Lightning's way); Accelerate's
+    # fields, properties and repr stay as they are.
+    config = ParallelismConfig(tp_size=2)
+    assert config.mesh_dims == ["tp"] and config.mesh_name("tp") == "tp"
+    config.name_mesh_dims({"dp_shard": "data_parallel", "tp": "tensor_parallel"})
+    assert config.mesh_dims == ["dp_shard", "tp"] and config.active_mesh_dims == ["tp"]
+    assert (config.mesh_name("dp_shard"), config.mesh_name("tp"), config.mesh_name("dp")) == (
+        "data_parallel", "tensor_parallel", "dp")
+    assert [f.name for f in dataclasses.fields(config)] == [f["name"] for f in EXPECTED["fields"]]
+    with pytest.raises(ValueError, match=r"got the dimension 'pp'; the mesh's dimensions are"):
+        config.name_mesh_dims({"pp": "pipeline"})
+    with pytest.raises(ValueError, match=r"'tp': 'dp'\): a new name must be a non-empty string other than"):
+        config.name_mesh_dims({"tp": "dp"})
+    with pytest.raises(ValueError, match="two dimensions cannot take the same name"):
+        config.name_mesh_dims({"tp": "x", "dp_shard": "x"})

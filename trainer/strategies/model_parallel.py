@@ -73,7 +73,10 @@ class ModelParallelStrategy(Strategy):
 
         data, tensor = self.sizes(world_size, num_nodes)
         self._data_parallel_size, self._tensor_parallel_size = data, tensor
-        kwargs: dict[str, Any] = {"parallelism_config": ParallelismConfig(dp_shard_size=data, tp_size=tensor)}
+        config = ParallelismConfig(dp_shard_size=data, tp_size=tensor)
+        # The engine's mesh is the module's: Lightning's dimension names, both present at any size.
+        config.name_mesh_dims(dict(zip(("dp_shard", "tp"), _NAMES, strict=True)))
+        kwargs: dict[str, Any] = {"parallelism_config": config}
         if not self._save_distributed_checkpoint:
             from engine.backends.fsdp import FullyShardedDataParallelPlugin
 
@@ -91,14 +94,15 @@ class ModelParallelStrategy(Strategy):
                              f"Choose a different precision among: {', '.join(_PRECISIONS)}.")
 
     def setup(self, accelerator: Any) -> None:
-        """Build the module's mesh once the processes exist (a process group of one for a single process)."""
-        from torch.distributed.device_mesh import init_device_mesh
-
-        from engine.state import process_group_of_one
-
-        process_group_of_one(accelerator.device)
-        data, tensor = self.sizes(accelerator.num_processes)
-        self._device_mesh = init_device_mesh(accelerator.device.type, (data, tensor), mesh_dim_names=_NAMES)
+        """Take the engine's mesh for the module: one ``DeviceMesh`` per run, which the engine built from
+        ``accelerator_kwargs``'s config with Lightning's dimension names."""
+        mesh = accelerator.torch_device_mesh
+        if mesh is None or tuple(mesh.mesh_dim_names or ()) != _NAMES:
+            names = None if mesh is None else mesh.mesh_dim_names
+            raise RuntimeError(f"ModelParallelStrategy needs the Accelerator built from its accelerator_kwargs (a "
+                               f"mesh with the dimensions {_NAMES}); this one's mesh has {names}. Let the Trainer "
+                               "create the Accelerator, in a process that has not made one before.")
+        self._device_mesh = mesh
 
     @property
     def device_mesh(self) -> Any:
