@@ -26,6 +26,7 @@ from engine.data.splitting import split_for_process
 from engine.environment import EngineEnvironment, read_fork_launched, read_use_cpu, write_rendezvous_variables
 from engine.gradient_state import GradientState
 from engine.launch.elastic_store import restart_scoped_store
+from engine.precision.policy import Precision
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -523,6 +524,12 @@ class AcceleratorState:
     @property
     def mixed_precision(self) -> str:
         return self._record("mixed_precision").mixed_precision
+
+    @property
+    def precision(self) -> Precision:
+        """The run's precision as one value (``engine.precision.policy``): full, mixed or fp8 here (a true one is
+        the Trainer's, through the same type)."""
+        return Precision.from_mixed_precision(self.mixed_precision)
 
     @property
     def fsdp_plugin(self) -> Any:

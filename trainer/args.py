@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from engine.precision.policy import Precision
+
 DEFAULT_MAX_EPOCHS = 1000
 
 # Lightning precision strings -> the engine's mixed_precision values.
@@ -77,16 +79,22 @@ def check_epochs_and_steps(max_epochs: Any, max_steps: Any, max_time: float | No
     return max_epochs, max_steps, False
 
 
-def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
-    """The engine's ``mixed_precision`` from either keyword (Lightning's ``precision`` strings included; a true
-    precision such as ``"64"`` or ``"bf16-true"`` is ``"no"`` here, its dtype comes from ``true_precision``)."""
-    values = []
+def parse_precision(mixed_precision: Any, precision: Any) -> Precision | None:
+    """The run's one ``Precision`` from either keyword (Accelerate's ``mixed_precision`` values, or Lightning's
+    ``precision`` strings, true precisions such as ``"64"`` and ``"bf16-true"`` included); None when neither is
+    given (a given Accelerator's precision applies).
+
+    Example:
+        >>> parse_precision(None, "bf16-true"), parse_precision("fp16", None).mixed_precision
+        (Precision(kind='true', dtype=torch.bfloat16), 'fp16')
+    """
+    values: list[tuple[str, Any, Precision]] = []
     for name, value in (("mixed_precision", mixed_precision), ("precision", precision)):
         if value is None:
             continue
         key = str(value).lower()
         if name == "precision" and key in _TRUE_PRECISION:
-            values.append((name, value, "no"))
+            values.append((name, value, Precision.true(_TRUE_PRECISION[key])))
             continue
         if key in _TRANSFORMER_ENGINE:
             raise ValueError(f"Trainer({name}={value!r}) needs NVIDIA TransformerEngine, a GPU-only package Ember "
@@ -95,22 +103,12 @@ def parse_precision(mixed_precision: Any, precision: Any) -> str | None:
         if key not in _PRECISION:
             choices = sorted(set(_PRECISION) | (set(_TRUE_PRECISION) if name == "precision" else set()))
             raise ValueError(f"Trainer({name}={value!r}) is not supported. Use one of {choices}.")
-        values.append((name, value, _PRECISION[key]))
-    if len(values) == 2 and values[0][2] != values[1][2]:
+        values.append((name, value, Precision.from_mixed_precision(_PRECISION[key])))
+    # mixed_precision cannot name a true precision: it agrees with one when it says "no" (what the engine does).
+    if len(values) == 2 and values[0][2].mixed_precision != values[1][2].mixed_precision:
         raise ValueError(f"Trainer(mixed_precision={mixed_precision!r}, precision={precision!r}) disagree: pass only "
                          "one of them.")
-    return values[0][2] if values else None
-
-
-def true_precision(precision: Any) -> str | None:
-    """The dtype name the whole model runs in for Lightning's true precisions (``"64"`` / ``"64-true"`` ->
-    ``"float64"``, ``"16-true"`` -> ``"float16"``, ``"bf16-true"`` -> ``"bfloat16"``), else None.
-
-    Example:
-        >>> true_precision("64"), true_precision("bf16-true"), true_precision("bf16-mixed")
-        ('float64', 'bfloat16', None)
-    """
-    return None if precision is None else _TRUE_PRECISION.get(str(precision).lower())
+    return values[-1][2] if values else None
 
 
 def parse_max_time(value: Any) -> float | None:

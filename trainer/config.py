@@ -4,7 +4,7 @@ This is the one place where the Trainer's keywords and their defaults are writte
 builds a ``TrainerConfig`` from its keywords (the Trainer's signature is generated from these fields), and
 ``Trainer.from_config(config)`` builds a trainer from one (the Tuner and the config CLI do). Checking a keyword
 resolves it to the value the trainer uses (``max_time`` in seconds, ``fast_dev_run``'s limits, Lightning's
-``precision`` strings as the engine's ``mixed_precision``...) in ``__post_init__``; that resolution is
+``precision`` strings as one ``engine.precision.Precision``...) in ``__post_init__``; that resolution is
 idempotent, so ``dataclasses.replace(config, max_epochs=5)`` checks the result again and keeps every other value.
 
 The Lightning-only keywords (``strategy``, ``devices``, ``logger``, ``benchmark``...) are kept as given here and
@@ -24,6 +24,7 @@ from callbacks import Callback
 from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from engine.keywords import keyword_error
+from engine.precision.policy import Precision
 from trainer import args as checks
 from trainer.loop.signals import DEFAULT_EXIT_CODE, DEFAULT_SIGNALS, check_signals
 from trainer.profiling import Profiler
@@ -73,8 +74,8 @@ class TrainerConfig:
     accumulate_grad_batches: int | None = None  # resolved to an int >= 1
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str | None = None  # None: by norm; kept None (Lightning's trainer attribute)
-    mixed_precision: str | None = None  # resolved to the engine's value ("no" / "fp16" / "bf16") from either
-    precision: str | int | None = None  # ... this one (Lightning's "16-mixed", "bf16-mixed", "32"...), as given
+    mixed_precision: str | None = None  # resolved to the engine's name ("no" / "fp16" / "bf16" / "fp8") of ...
+    precision: str | int | None = None  # ... `resolved_precision`, from either keyword; this one kept as given
     val_check_interval: float | None = 1.0
     check_val_every_n_epoch: int | None = 1
     num_sanity_val_steps: int | None = None  # None: 2 (Lightning's default), 0 with barebones
@@ -118,8 +119,9 @@ class TrainerConfig:
     # given (fit warns); max_epochs=-1 asked for no limit at all (stored as None).
     max_epochs_defaulted: bool = field(default=False, repr=False)
     max_epochs_unlimited: bool = field(default=False, repr=False)
-    # Lightning's true precisions ("64", "16-true", "bf16-true"): the dtype of the parameters and floating inputs.
-    param_dtype: str | None = field(default=None, repr=False)
+    # The run's one Precision, from `mixed_precision` or `precision` (None: neither given; a given Accelerator's
+    # applies). The engine gets its mixed_precision; a true precision's conversions go through the same value.
+    resolved_precision: Precision | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: the checked values replace the given ones, here only
@@ -160,6 +162,7 @@ class TrainerConfig:
             limits = dict.fromkeys(limits, fast)
             max_epochs, max_steps, defaulted = 1, fast, False
             sanity, interval, every_n_epoch = 0, 1.0, 1
+        precision = checks.parse_precision(self.mixed_precision, self.precision)  # one value; the engine's name
         resolved = dict(
             max_epochs=max_epochs, min_epochs=checks.check_count("min_epochs", self.min_epochs), max_steps=max_steps,
             min_steps=checks.check_count("min_steps", self.min_steps), max_time=seconds,
@@ -171,8 +174,8 @@ class TrainerConfig:
             # TrainModule.clip_gradients accepts any algorithm (a given one must match, as in Lightning).
             gradient_clip_algorithm=None if self.gradient_clip_algorithm is None else checks.check_choice(
                 "gradient_clip_algorithm", self.gradient_clip_algorithm, ("norm", "value")),
-            mixed_precision=checks.parse_precision(self.mixed_precision, self.precision),
-            param_dtype=checks.true_precision(self.precision), val_check_interval=interval,
+            resolved_precision=precision, mixed_precision=None if precision is None else precision.mixed_precision,
+            val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,
             overfit_batches=overfit,
             log_every_n_steps=0 if self.barebones else (  # Lightning's barebones: 0, nothing is logged

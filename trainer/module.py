@@ -12,6 +12,7 @@ import torch
 
 from callbacks.exceptions import MisconfigurationException
 from engine.operations import recursively_apply
+from engine.precision.policy import Precision
 from trainer.checkpoint.loading import load_module
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
@@ -488,14 +489,15 @@ class StepRouter(torch.nn.Module):
         (['net.weight', 'net.bias'], True)
     """
 
-    def __init__(self, module: TrainModule, compiler: Compiler | None = None, precision: Any = None) -> None:
+    def __init__(self, module: TrainModule, compiler: Compiler | None = None,
+                 precision: Precision | None = None) -> None:
         super().__init__()
         # A plain attribute (not a child): nn.Module.__getattr__ costs ~0.5 us on every step, and a child would
         # prefix every name with "module.".
         object.__setattr__(self, "_target", module)
         object.__setattr__(self, "_steps", {})
         object.__setattr__(self, "_compiler", compiler)  # torch.compile's the steps (and the forward they call)
-        # A trainer.loop.precision.TruePrecision (precision="64" / "16-true" / "bf16-true"), or None.
+        # The run's engine.precision.Precision when it is a true one (precision="64" / "16-true" / "bf16-true").
         object.__setattr__(self, "_precision", precision)
         for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
             object.__setattr__(self, table, getattr(module, table))

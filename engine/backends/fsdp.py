@@ -25,10 +25,10 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from engine.keywords import suggest_keywords
 from engine.memory.activation_checkpointing import checkpoint_modules, outermost_wrappers
+from engine.precision.policy import autocast_dtype
 from engine.state import PartialState
 
 STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
-_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_NAMES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
     "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
@@ -67,7 +67,7 @@ def _as_policy(value: Any) -> MixedPrecisionPolicy | str | None:
         return value
     if isinstance(value, str):
         name = value.lower()
-        if name not in ("no", *_PRECISION_DTYPES):
+        if name not in ("no", "fp16", "bf16"):
             raise ValueError(f"FullyShardedDataParallelPlugin(mixed_precision_policy={value!r}) is not a known "
                              "precision: use 'no', 'fp16', 'bf16', a dict or a torch MixedPrecisionPolicy.")
         return name
@@ -181,7 +181,7 @@ class FullyShardedDataParallelPlugin:
         name = policy if isinstance(policy, str) else mixed_precision
         # fp8 (torchao's Float8Linear) computes in bf16 around its float8 matrix products: bf16 parameters, as
         # Accelerate maps it.
-        dtype = _PRECISION_DTYPES.get("bf16" if name == "fp8" else name)
+        dtype = autocast_dtype(name)
         if dtype is None:
             return None
         # Low-precision compute, but gradients are reduced (summed across ranks) in fp32 so nothing is lost there.

@@ -12,10 +12,8 @@ from engine.config import AutocastKwargs, GradScalerKwargs
 from engine.operations import convert_outputs_to_fp32
 from engine.precision.cpu_features import bf16_slowdown_note, cpu_flags
 from engine.precision.fp8 import require_torchao
-
-PRECISIONS = ("no", "fp16", "bf16", "fp8")
-# fp8 (torchao's Float8Linear, engine.precision.fp8) runs inside a bf16 autocast, as in Accelerate.
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+from engine.precision.policy import MIXED_PRECISIONS as PRECISIONS
+from engine.precision.policy import autocast_dtype
 
 
 def validate_precision(mixed_precision: str | None) -> str | None:
@@ -30,10 +28,6 @@ def validate_precision(mixed_precision: str | None) -> str | None:
     if value == "fp8":
         require_torchao()
     return value
-
-
-def autocast_dtype(mixed_precision: str) -> torch.dtype | None:
-    return _DTYPES.get(mixed_precision)
 
 
 def check_autocast_support(device: torch.device, mixed_precision: str, cpu_bf16: str | None = None) -> None:

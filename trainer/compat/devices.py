@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
+
 from engine import Accelerator
 from engine.environment import read_launch
 
 # The engine's mixed_precision -> Lightning's name for it; true (whole-model) precisions are named by dtype.
 _MIXED_NAMES = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp8": "fp8"}
-_TRUE_NAMES = {"float64": "64-true", "float16": "16-true", "bfloat16": "bf16-true"}
+_TRUE_NAMES = {torch.float64: "64-true", torch.float16: "16-true", torch.bfloat16: "bf16-true"}
 
 
 def precision_name(config: Any, accelerator: Accelerator) -> str:
@@ -26,8 +28,9 @@ def precision_name(config: Any, accelerator: Accelerator) -> str:
         >>> precision_name(TrainerConfig(precision="64"), Accelerator(cpu=True))
         '64-true'
     """
-    if config.param_dtype is not None:
-        return _TRUE_NAMES[config.param_dtype]
+    precision = config.resolved_precision
+    if precision is not None and precision.kind == "true":
+        return _TRUE_NAMES[precision.dtype]
     return _MIXED_NAMES.get(accelerator.mixed_precision, accelerator.mixed_precision)
 
 

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from engine import Accelerator, broadcast_object_list
+from engine.precision.policy import Precision
 from engine.prepare.optimizer import zeroes_plainly
 from trainer import args as checks
 from trainer.config import TrainerConfig
@@ -34,7 +35,6 @@ from trainer.loop.data import (
     without_shuffle,
 )
 from trainer.loop.hooks import overrides
-from trainer.loop.precision import TruePrecision
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
@@ -155,9 +155,9 @@ class RunPlan:
                                        clip_algorithm=config.gradient_clip_algorithm or "norm")
             prepared = self.prepare_model(module, training=True, together=[*optimizers, *(c.scheduler for c in
                                                                                          configs)],
-                                          param_dtype=config.param_dtype)
+                                          precision=config.resolved_precision)
         else:
-            self.prepare_model(module, training=True, param_dtype=config.param_dtype)
+            self.prepare_model(module, training=True, precision=config.resolved_precision)
             optimizers, configs = self._optimizers_of(module, manual)
             prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
             prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
@@ -296,7 +296,7 @@ class RunPlan:
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
                              f"define {type(module).__name__}.{source}_dataloader().")
-        self.prepare_model(module, training=False, param_dtype=config.param_dtype)
+        self.prepare_model(module, training=False, precision=config.resolved_precision)
         if kind == "validate":
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches
@@ -311,19 +311,20 @@ class RunPlan:
         return prepared, counts
 
     def prepare_model(self, module: TrainModule, training: bool, together: list[Any] | None = None,
-                      param_dtype: str | None = None) -> list[Any]:
+                      precision: Precision | None = None) -> list[Any]:
         """Wrap the module for this setup once (again only to add DDP / FSDP2 when an evaluation came first).
 
         ``together``: optimizers and schedulers the backend builds with the model (DeepSpeed; the module's
         ``configure_model`` already ran): prepared in the same call, and returned prepared.
-        ``param_dtype``: a true precision's dtype (``TrainerConfig.param_dtype``): the module is converted to it and
-        its steps run in it.
+        ``precision``: the run's (``TrainerConfig.resolved_precision``); a true one converts the module to its
+        dtype and runs its steps in it (the engine does the mixed kinds).
         """
         if self._model_for is not None and self._model_for[0] is module and (self._model_for[1] or not training):
             return []
         if together is None:
             self._configure_model(module)  # before a true precision converts the layers it builds
-        precision = TruePrecision(param_dtype) if param_dtype is not None else None
+        if precision is not None and precision.kind != "true":
+            precision = None  # the engine's autocast does the mixed kinds; the router only converts true ones
         if precision is not None:
             precision.convert_module(module)
         router = StepRouter(module, self.compiler, precision)
