@@ -58,6 +58,41 @@ class TrainState:
     fn: TrainerFn | None = field(default=None, compare=False, metadata={"saved": False})
     status: TrainerStatus = field(default=TrainerStatus.INITIALIZING, compare=False, metadata={"saved": False})
 
+    # -- the loop's counter arithmetic: one call where each moment happens ------------------------------------------
+    def open_batch(self) -> None:
+        """A training batch was drawn: until ``finish_batch``, no complete checkpoint of this state exists."""
+        self.batch_open = True
+
+    def drop_batch(self) -> None:
+        """The drawn batch will not run (``on_train_batch_start`` returned -1): the counters stay where they are."""
+        self.batch_open = False
+
+    def finish_batch(self, batch_idx: int, samples: int) -> None:
+        """Batch ``batch_idx`` of the epoch ran, on ``samples`` samples over all processes.
+
+        Example:
+            >>> state = TrainState()
+            >>> state.open_batch(); state.finish_batch(0, samples=8); state.finish_batch(1, samples=8)
+            >>> state.batch_in_epoch, state.micro_step, state.samples_seen, state.batch_open
+            (2, 2, 16, False)
+        """
+        self.batch_in_epoch, self.micro_step = batch_idx + 1, self.micro_step + 1
+        self.samples_seen += samples
+        self.batch_open = False
+
+    def optimizer_stepped(self) -> None:
+        """One optimizer step was taken (once per accumulation window; per ``optimizer.step()`` when manual)."""
+        self.global_step += 1
+
+    def stop_in_epoch(self, cut: bool) -> None:
+        """``fit`` stops after the current batch: ``cut`` when batches of the epoch were left (see ``stopped_at``)."""
+        self.stopped_at = (self.epoch, self.batch_in_epoch) if cut else None
+
+    def finish_epoch(self) -> None:
+        """The epoch's end hooks ran: the next epoch starts at its first batch."""
+        self.epoch += 1
+        self.batch_in_epoch = 0
+
     @property
     def finished(self) -> bool:
         """Whether the last call returned normally (Lightning's ``trainer.state.finished``)."""

@@ -255,16 +255,15 @@ class Trainer:
                 loader = plan.train_batches(state.batch_in_epoch)
                 cut = False  # the epoch ended before its last batch (a stop, max_steps, or -1 from a hook)
                 for batch_idx, batch in profiled_iter(self.profiler, "train_dataloader_next", loader):
-                    state.batch_open = True  # drawn: until its counters move on, no complete checkpoint of it
+                    state.open_batch()
                     size = metrics.new_batch(batch)
                     if batch_start_hooks and hooks.call("on_train_batch_start", batch, batch_idx) == -1:
-                        state.batch_open, cut = False, True
+                        state.drop_batch()
+                        cut = True
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
                     outputs, loss = run_batch(batch, batch_idx)
-                    state.batch_in_epoch, state.micro_step = batch_idx + 1, state.micro_step + 1
-                    state.batch_open = False
-                    state.samples_seen += size * world
+                    state.finish_batch(batch_idx, samples=size * world)
                     if state.batch_in_epoch == plan.num_training_batches:  # epoch schedulers step here (Lightning)
                         self.schedulers.at_last_batch(state.epoch)
                     if batch_end_hooks:
@@ -280,7 +279,7 @@ class Trainer:
                         self.evaluation.run("validate", hooks)  # val_check_interval as a time
                     if self._batch_boundary(stepped):  # schedulers, the agreed stop, waiting checkpoints
                         cut = plan.num_training_batches is None or state.batch_in_epoch < plan.num_training_batches
-                        state.stopped_at = (state.epoch, state.batch_in_epoch) if cut else None  # see TrainState
+                        state.stop_in_epoch(cut)
                         break
                 if plan.val_every is None and plan.val_seconds is None and plan.val_in_epoch(config, state.epoch):
                     self.evaluation.run("validate", hooks)  # once per epoch (or after an unsized loader's end)
@@ -290,8 +289,7 @@ class Trainer:
                 metrics.reset_epoch()  # at the end, so what on_train_start logged counts in the first epoch
                 if not cut:  # as Lightning: epoch-interval schedulers step only after a whole epoch
                     self.schedulers.at_epoch_end(state.epoch, sized=plan.num_training_batches is not None)
-                state.epoch += 1
-                state.batch_in_epoch = 0
+                state.finish_epoch()
                 stop.update_time()
                 self.checkpointer.flush(stepped=True)  # resumes at the next epoch (or at stopped_at)
             self.loss_check.check()
@@ -393,7 +391,7 @@ class Trainer:
             module.optimizer_step(state.epoch, batch_idx, optimizer, lambda: loss)
         elif loss is not None or getattr(optimizer, "scaler", None) is None:
             optimizer.step()
-        state.global_step += 1
+        state.optimizer_stepped()
         if self.schedulers.per_step and not getattr(optimizer, "step_was_skipped", False):
             self.schedulers.after_optimizer_step(state.global_step)
 
@@ -417,7 +415,7 @@ class Trainer:
         self._hooks.call("on_before_optimizer_step", optimizer)
 
     def _manual_after_step(self) -> None:
-        self.state.global_step += 1
+        self.state.optimizer_stepped()
 
     # -- the loop's decisions -------------------------------------------------------------------------------------
     def _fit_done(self) -> bool:
