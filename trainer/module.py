@@ -497,7 +497,10 @@ class StepRouter(torch.nn.Module):
         object.__setattr__(self, "_target", module)
         object.__setattr__(self, "_steps", {})
         object.__setattr__(self, "_compiler", compiler)  # torch.compile's the steps (and the forward they call)
-        # The run's engine.precision.Precision when it is a true one (precision="64" / "16-true" / "bf16-true").
+        # The run's engine.precision.Precision when it is a true one (precision="64" / "16-true" / "bf16-true"):
+        # the module in its dtype from here on, and every step's batch and default dtype too (forward).
+        if precision is not None:
+            precision.convert_module(module)
         object.__setattr__(self, "_precision", precision)
         for table in ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules"):
             object.__setattr__(self, table, getattr(module, table))

@@ -325,9 +325,7 @@ class RunPlan:
             self._configure_model(module)  # before a true precision converts the layers it builds
         if precision is not None and precision.kind != "true":
             precision = None  # the engine's autocast does the mixed kinds; the router only converts true ones
-        if precision is not None:
-            precision.convert_module(module)
-        router = StepRouter(module, self.compiler, precision)
+        router = StepRouter(module, self.compiler, precision)  # a true precision converts the module there
         if together is None:
             self.model, prepared = self.accelerator.prepare_model(router, evaluation_mode=not training), []
         else:
