@@ -210,3 +210,45 @@ def test_save_model_writes_one_consolidated_safetensors_file(run_distributed: An
     assert written.keys() == expected.keys() == states[0].keys()
     for name, value in expected.items():
         torch.testing.assert_close(written[name], value, rtol=0, atol=0)
+
+
+def _all_gathers_per_step() -> tuple[int, int]:
+    """All-gathers of one training step: Ember's FSDP2 backend, then torch's own fully_shard on the same units."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+    from torch.distributed.fsdp import fully_shard
+
+    from engine import Accelerator
+
+    calls = []
+    for name in ("all_gather_into_tensor", "all_gather_single"):
+        original = getattr(distributed_c10d, name)
+
+        def counted(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            calls.append(1)
+            return __original(*args, **kwargs)
+
+        for module in (dist, distributed_c10d):
+            setattr(module, name, counted)
+
+    def one_step(model: torch.nn.Module, backward: Any) -> int:
+        x, y = _batch(0, 2, dist.get_rank())
+        before = len(calls)
+        backward(F.mse_loss(model(x), y))
+        return len(calls) - before
+
+    acc = Accelerator(fsdp_plugin=_plugin())
+    ember = acc.prepare(_net())
+    ours = one_step(ember, acc.backward)
+    raw = _net()
+    for block in raw.modules():
+        if isinstance(block, Block):
+            fully_shard(block)
+    fully_shard(raw)  # torch's defaults: units reshard after forward, the root does not
+    return ours, one_step(raw, lambda loss: loss.backward())
+
+
+def test_a_step_makes_no_more_all_gathers_than_torchs_own_fully_shard(run_distributed: Any) -> None:
+    # Issue 41: resharding the root after forward cost one all-gather per step (backward needs it at once).
+    ours, torchs = run_distributed(_all_gathers_per_step, 2)[0]
+    assert ours == torchs == 5  # two Block units: forward + backward each; the root: forward only
