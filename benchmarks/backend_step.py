@@ -146,6 +146,17 @@ def build(api: str, backend: str, layers: int, width: int,
     raise SystemExit(f"unknown --api {api!r}")
 
 
+def ops_per_step(step: Callable[[torch.Tensor], float], batch: torch.Tensor, steps: int = 3) -> float:
+    """torch operators a step dispatches (the profiler's count of every ``aten::`` call, counted, not timed): the
+    same model through two APIs differs here only by what each adds around forward, backward and step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step(batch)
+    return sum(event.count for event in prof.key_averages() if event.key.startswith("aten::")) / steps
+
+
 def checkpoint_times(accelerator: Any, out: str, rounds: int) -> tuple[list[float], list[float]]:
     """Wall ms of ``rounds`` ``save_state`` calls (each into a new folder) and of ``load_state`` of each, every
     process between two barriers; the folders are removed untimed."""
@@ -196,12 +207,13 @@ def main() -> None:
         losses.append(step(batches[i % len(batches)]))
         times.append((time.perf_counter() - start) * 1000)
     per_step = {name: count / args.steps for name, count in sorted(counts.items())}
+    ops = ops_per_step(step, batches[0])
     saves, loads = checkpoint_times(accelerator, args.out, args.save_rounds)
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump({"api": args.api, "backend": args.backend, "built": built, "ms": times,
                        "median_ms": statistics.median(times), "collectives_per_step": per_step,
-                       "last_loss": losses[-1], "save_ms": saves, "load_ms": loads}, f)
+                       "last_loss": losses[-1], "ops_per_step": ops, "save_ms": saves, "load_ms": loads}, f)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -18,7 +18,8 @@ faster stretch of the machine falls on both sides. Printed: per backend and anch
 median ms per step (the median over rounds of each run's median) with the range over rounds, the ratio
 anchor / Ember (>= 1.0: Ember no slower), the collectives per step each made (counted, not timed: the Python
 collectives of ``torch.distributed``; DDP's C++ bucket all-reduces are the same reducer on both sides and not
-counted) and whether the last losses are equal. With ``--save-rounds N``, ``save_state`` / ``load_state`` of
+counted), the torch operators each step dispatched (the profiler's ``aten::`` count) and whether the last losses
+are equal. With ``--save-rounds N``, ``save_state`` / ``load_state`` of
 Ember and Accelerate on the same state too (Ember's saves fsync every file and commit atomically, a promise
 Accelerate does not make). Run it on a quiet machine: nothing here is asserted.
 """
@@ -106,8 +107,8 @@ def main() -> None:
     print(f"2 processes (gloo), {args.steps} timed steps after {args.warmup}, {args.rounds} interleaved rounds; "
           "ms per step: median over rounds [range]; ratio = anchor / Ember (>= 1.0: Ember no slower)\n")
     print("| backend | anchor | Ember ms | anchor ms | ratio | Ember collectives/step | anchor collectives/step "
-          "| same loss |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| aten ops/step Ember / anchor | same loss |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for backend in backends:
         ours = runs[(backend, "engine")]
         mine, low, high = summary(ours, "ms")
@@ -116,6 +117,7 @@ def main() -> None:
             median, a_low, a_high = summary(theirs, "ms")
             print(f"| {backend} | {anchor} | {mine:.1f} [{low:.1f}-{high:.1f}] | {median:.1f} [{a_low:.1f}-"
                   f"{a_high:.1f}] | {median / mine:.2f} | {collectives(ours[0])} | {collectives(theirs[0])} | "
+                  f"{ours[0]['ops_per_step']:g} / {theirs[0]['ops_per_step']:g} | "
                   f"{ours[0]['last_loss'] == theirs[0]['last_loss']} |")
     if args.save_rounds:
         print("\n| backend | save_state Ember ms | Accelerate ms | ratio | load_state Ember ms | Accelerate ms | "
