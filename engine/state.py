@@ -130,6 +130,7 @@ class PartialState:
     def _initialise(cpu: bool, env: EngineEnvironment, kwargs: dict[str, Any]) -> _ProcessRecord:
         launch = env.launch
         adopted = False
+        backend: str | None  # the process group's (torch's Backend is a str)
         requested_backend = kwargs.pop("backend", None)
         debug = env.debug_mode
         preset_device = env.torch_device

@@ -44,7 +44,8 @@ def release_deepspeed_groups() -> None:
     """Drop every reference the tracked engines (and DeepSpeed's module globals) hold to a process group."""
     for engine in list(_ENGINES):
         with contextlib.suppress(Exception):
-            for parameter in engine.module.parameters():
+            wrapped: torch.nn.Module = getattr(engine, "module")  # a DeepSpeedEngine's model
+            for parameter in wrapped.parameters():
                 _drop_groups(vars(parameter))
     _ENGINES.clear()
     # DeepSpeed's own objects, wherever they are reachable from: the engine, its ZeRO optimizer and ZeRO-3's

@@ -51,7 +51,7 @@ class FSDP2(Backend):
         return fsdp.full_state_dict(bare) if fsdp.is_sharded(bare) else model.state_dict()
 
     @contextlib.contextmanager
-    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:  # type: ignore[override]
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         if not fsdp.is_sharded(model):
             yield
             return

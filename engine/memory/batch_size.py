@@ -65,7 +65,7 @@ def release_memory(*objects: Any) -> list[None]:
     for i in range(len(objects)):
         objects[i] = None  # type: ignore[index]
     clear_device_cache(garbage_collection=True)
-    return list(objects)  # type: ignore[arg-type]
+    return list(objects)
 
 
 def find_executable_batch_size(function: Callable[..., Any] | None = None, starting_batch_size: int = 128,
