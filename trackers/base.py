@@ -68,8 +68,9 @@ class GeneralTracker:
         3 {'loss': 0.5}
     """
 
-    name: ClassVar[str]
-    requires_logging_directory: ClassVar[bool]
+    # Class attributes (checked in __init_subclass__); a blank tracker sets them on its instance.
+    name: str
+    requires_logging_directory: bool
     main_process_only: ClassVar[bool] = True
     accepts_logging_directory: ClassVar[bool] = False
     accepts_grouped_values: ClassVar[bool] = False
@@ -102,8 +103,8 @@ class GeneralTracker:
                             "for a tracker that does nothing.")
         if _blank:
             # Instance attributes, so the class itself keeps `name` undefined for the subclass check.
-            self.name = "blank"  # type: ignore[misc]
-            self.requires_logging_directory = False  # type: ignore[misc]
+            self.name = "blank"
+            self.requires_logging_directory = False
 
     @property
     def tracker(self) -> Any:
