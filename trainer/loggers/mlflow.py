@@ -88,8 +88,8 @@ class MLFlowLogger(Logger):
         return self._tracking_uri[len("file:"):] if self._tracking_uri.startswith("file:") else None
 
     def finalize(self, status: str = "success") -> None:
-        tracker = self._tracker
-        if tracker is not None and tracker.tracker is not None:
+        tracker = self._tracker  # built by _build_tracker: an MLflowTracker (whose finish takes the status)
+        if isinstance(tracker, MLflowTracker) and tracker.tracker is not None:
             tracker.finish({"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}.get(status, status))
 
     def _build_tracker(self) -> MLflowTracker:
