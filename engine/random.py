@@ -11,7 +11,8 @@ import enum
 import random
 import struct
 import sys
-from typing import Any
+from types import MethodType
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -116,7 +117,7 @@ class RNGSnapshots:
         self._python_words = b""
         # The object the module-level functions draw from (they are its bound methods; typeshed types them as plain
         # functions).
-        self._python_owner: Any = getattr(random.getstate, "__self__")
+        self._python_owner: Any = cast(MethodType, random.getstate).__self__
         if sys.implementation.name == "cpython" and type(self._python_owner).__basicsize__ >= \
                 object.__basicsize__ + self._MT_BYTES:
             at = id(self._python_owner) + object.__basicsize__

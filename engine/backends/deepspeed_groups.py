@@ -24,17 +24,16 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from engine.state import PartialState
 
 # The DeepSpeed engines prepared in this process: weak, so that an engine deleted early is not kept.
-_ENGINES: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()  # DeepSpeedEngines (deepspeed ships no types)
 _GROUP_MODULES = ("deepspeed.utils.groups", "deepspeed.comm.comm", "deepspeed.comm.torch")
 
 
-def track_engine(engine: torch.nn.Module) -> None:
+def track_engine(engine: Any) -> None:
     """Release ``engine``'s references to the process groups when they are destroyed."""
     _ENGINES.add(engine)
     PartialState.register_teardown(release_deepspeed_groups)
@@ -44,8 +43,7 @@ def release_deepspeed_groups() -> None:
     """Drop every reference the tracked engines (and DeepSpeed's module globals) hold to a process group."""
     for engine in list(_ENGINES):
         with contextlib.suppress(Exception):
-            wrapped: torch.nn.Module = getattr(engine, "module")  # a DeepSpeedEngine's model
-            for parameter in wrapped.parameters():
+            for parameter in engine.module.parameters():
                 _drop_groups(vars(parameter))
     _ENGINES.clear()
     # DeepSpeed's own objects, wherever they are reachable from: the engine, its ZeRO optimizer and ZeRO-3's

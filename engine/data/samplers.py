@@ -130,6 +130,11 @@ class SeedableRandomSampler(RandomSampler):
 
 
 
+def _set_sampler(batch_sampler: Any, sampler: Any) -> None:
+    """Give the wrapped batch sampler (any object: the user's) a new ``sampler``, as Accelerate's wrappers do."""
+    batch_sampler.sampler = sampler
+
+
 def length_of(sampler: object) -> int:
     """``len(sampler)``, with len()'s ``TypeError`` for a sampler without a length (some callers allow that)."""
     if not isinstance(sampler, Sized):
@@ -174,7 +179,7 @@ class BatchSamplerShard(BatchSampler):
 
     @sampler.setter
     def sampler(self, sampler: Any) -> None:
-        setattr(self.batch_sampler, "sampler", sampler)  # any batch sampler (its type declares no sampler)
+        _set_sampler(self.batch_sampler, sampler)
 
     def __len__(self) -> int:
         length = length_of(self.batch_sampler)
@@ -368,10 +373,10 @@ class SkipBatchSampler(BatchSampler):
 
     @sampler.setter
     def sampler(self, sampler: Any) -> None:
-        setattr(self.batch_sampler, "sampler", sampler)  # any batch sampler (its type declares no sampler)
+        _set_sampler(self.batch_sampler, sampler)
 
     @property
-    def totallength_of(self) -> int:
+    def total_length(self) -> int:
         return length_of(self.batch_sampler)
 
     def __len__(self) -> int:
@@ -421,7 +426,7 @@ class IterableDatasetShard(IterableDataset):
             self.dataset.set_epoch(epoch)
 
     @property
-    def totallength_of(self) -> int:
+    def total_length(self) -> int:
         return length_of(self.dataset)
 
     def __len__(self) -> int:

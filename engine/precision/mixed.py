@@ -91,7 +91,7 @@ def wrap_forward(model: torch.nn.Module, device: torch.device, mixed_precision: 
         return
     if handler is not None and not handler.enabled:
         return
-    model._original_forward = model.forward  # type: ignore[assignment]
+    model._original_forward = model.forward  # type: ignore[assignment]  # nn.Module's stub: Tensor | Module only
     model.forward = AutocastForward(model.forward, device.type, dtype,
                                     handler.cache_enabled if handler is not None else None)
 

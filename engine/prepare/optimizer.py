@@ -37,6 +37,11 @@ def clear_grads(optimizer: torch.optim.Optimizer, plain: bool) -> None:
         optimizer.zero_grad()
 
 
+def _set_step(optimizer: torch.optim.Optimizer, step: Callable[..., Any]) -> None:
+    """Give ``optimizer`` an instance ``step`` (``AcceleratedOptimizer.step`` sees the scaler skip a step so)."""
+    optimizer.step = step  # type: ignore[method-assign]  # shadows the method on this instance only, on purpose
+
+
 class OptimizerView(torch.optim.Optimizer):
     """A real ``torch.optim.Optimizer`` (``isinstance`` holds) whose state lives in ``self.optimizer``.
 
@@ -137,13 +142,13 @@ class AcceleratedOptimizer(OptimizerView):
             ran = True
             return real_step(*args, **kwargs)
 
-        self.optimizer.step = tracking_step  # type: ignore[method-assign]
+        _set_step(self.optimizer, tracking_step)
         try:
             result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
             self.scaler.update()
         finally:
             if had_own_step:
-                self.optimizer.step = real_step  # type: ignore[method-assign]
+                _set_step(self.optimizer, real_step)
             else:
                 del self.optimizer.step
         self._is_overflow = not ran
