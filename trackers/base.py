@@ -76,6 +76,7 @@ class GeneralTracker:
     accepts_grouped_values: ClassVar[bool] = False
     package: ClassVar[str | None] = None
     extra: ClassVar[str | None] = None
+    opened_by_owner: bool = False  # set on an instance by an owner that opened the run itself (see above)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
