@@ -6,7 +6,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -52,6 +52,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     """
 
     automatic_optimization: bool = True
+    __jit_unused_properties__: ClassVar[list[str]]  # set below the class, from its properties
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -463,7 +464,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
 # torch.jit.script(module) compiles every property not listed here (Lightning lists its own): these read the trainer
 # or hold Python objects, and a scripted module runs without a trainer.
-TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)  # type: ignore[attr-defined]
+TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)
                                                if isinstance(value, property))
 
 

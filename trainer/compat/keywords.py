@@ -28,7 +28,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -131,7 +131,7 @@ def accepts_model(method: F) -> F:
             kwargs["module"] = model
         return method(self, *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # method's signature, plus model= (functools.wraps keeps the rest)
 
 
 def resolve_lightning(config: Any, unset: Any) -> LightningChoices:

@@ -94,10 +94,11 @@ class CSVLogger(VersionedLogger):
             self.save()
 
     def save(self) -> None:
-        if self._tracker is not None and self._tracker.tracker is not None:
-            self._tracker.save()  # type: ignore[attr-defined]
+        tracker = self._tracker  # built by _build_tracker: an ExperimentWriter
+        if isinstance(tracker, ExperimentWriter) and tracker.tracker is not None:
+            tracker.save()
 
-    def _build_tracker(self) -> CSVTracker:
+    def _build_tracker(self) -> ExperimentWriter:
         tracker = ExperimentWriter(self._name, self._save_dir)
         tracker.run_dir = self.log_dir  # the folder Lightning would use; start() creates it
         return tracker

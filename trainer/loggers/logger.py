@@ -73,7 +73,7 @@ class Logger:
         tracker = self.tracker
         if tracker.tracker is None:
             tracker.start()
-            tracker.opened_by_owner = True  # type: ignore[attr-defined]
+            tracker.opened_by_owner = True
         return tracker
 
     # -- Lightning's Logger API -------------------------------------------------------------------------------

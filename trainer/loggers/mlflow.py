@@ -51,7 +51,10 @@ class MLFlowLogger(Logger):
 
     @property
     def tracker(self) -> MLflowTracker:
-        return super().tracker  # type: ignore[return-value]
+        tracker = super().tracker
+        if not isinstance(tracker, MLflowTracker):  # _build_tracker makes one: anything else is a bug
+            raise TypeError(f"MLFlowLogger's tracker is a {type(tracker).__name__}, not an MLflowTracker.")
+        return tracker
 
     @property
     def experiment(self) -> Any:
