@@ -265,7 +265,8 @@ class StochasticWeightAveraging(WeightAveraging):
         self._annealing_strategy = annealing_strategy
         self._swa_scheduler: SWALR | None = None
         self._scheduler_state: dict[str, Any] | None = None
-        self._lrs: list[float | torch.Tensor] | None = None  # the SWA learning rates of this epoch, applied before every step
+        # The SWA learning rates of this epoch, applied before every step.
+        self._lrs: list[float | torch.Tensor] | None = None
 
     @property
     def swa_start(self) -> int:

@@ -76,7 +76,8 @@ def _as_policy(value: Any) -> MixedPrecisionPolicy | str | None:
         if unknown:
             raise ValueError(f"FullyShardedDataParallelPlugin(mixed_precision_policy=...) has unknown keys "
                              f"{unknown}; allowed: {list(_POLICY_FIELDS)}.")
-        fields: dict[str, Any] = {k: _dtype(v, k) if k != "cast_forward_inputs" else bool(v) for k, v in value.items()}
+        fields: dict[str, Any] = {k: _dtype(v, k) if k != "cast_forward_inputs" else bool(v)
+                                  for k, v in value.items()}
         return MixedPrecisionPolicy(**fields)
     raise TypeError(f"FullyShardedDataParallelPlugin(mixed_precision_policy=...) must be None, a string, a dict or "
                     f"a torch.distributed.fsdp.MixedPrecisionPolicy, got {type(value).__name__}.")
@@ -401,7 +402,8 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = True) -> dict[str
     if rank0_only:
         return cast(dict[str, torch.Tensor],
                     get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
-    gathered = cast(dict[str, torch.Tensor], get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
+    gathered = cast(dict[str, torch.Tensor],
+                    get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
     return {k: v.detach().cpu() for k, v in gathered.items()}
 
 

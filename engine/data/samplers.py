@@ -164,7 +164,9 @@ class BatchSamplerShard(BatchSampler):
         self.process_index = process_index
         self.split_batches = split_batches
         self.even_batches = even_batches
-        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]  # torch says int; see batch_size below
+        # None for a variable-size batch sampler (see SkipBatchSampler.batch_size).
+        self.batch_size: int | None = getattr(  # type: ignore[assignment]  # torch's stub: int only
+            batch_sampler, "batch_size", None)
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         if split_batches:
             if self.batch_size is None:

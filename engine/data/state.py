@@ -221,7 +221,8 @@ class _PreparedLoader(DataLoader):
         self._workers_iter: weakref.ReferenceType[Any] | None = None
         self._control = _StreamControl()
         # torch's _index_sampler (its _auto_collation is `batch_sampler is not None`)
-        self._stream = _IndexStream(self.batch_sampler if self.batch_sampler is not None else self.sampler, self._control)
+        index_sampler = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        self._stream = _IndexStream(index_sampler, self._control)
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._pending = 0  # batches of the current epoch already consumed before a restore
         # A restored position is consumed once, by whichever comes first: the next pass over this loader, or a
@@ -340,7 +341,8 @@ class _PreparedLoader(DataLoader):
         size, split, procs = getattr(holder, "batch_size", None), getattr(holder, "split_batches", False), \
             getattr(holder, "num_processes", 1)
         if self._is_iterable and hasattr(self.dataset, "num_processes"):  # IterableDatasetShard
-            size, split, procs = (getattr(self.dataset, name) for name in ("batch_size", "split_batches", "num_processes"))
+            shard = self.dataset
+            size, split, procs = (getattr(shard, name) for name in ("batch_size", "split_batches", "num_processes"))
         if size is None:
             return None
         return size if split else size * procs

@@ -34,7 +34,8 @@ def release_ddp_wrappers() -> None:
     _DDP_WRAPPERS.clear()
 
 
-def wrap_ddp(model: torch.nn.Module, state: PartialState | AcceleratorState, handler: DistributedDataParallelKwargs | None) -> torch.nn.Module:
+def wrap_ddp(model: torch.nn.Module, state: PartialState | AcceleratorState,
+             handler: DistributedDataParallelKwargs | None) -> torch.nn.Module:
     """Wrap ``model`` in DDP (which also broadcasts rank 0's parameters and buffers to every rank)."""
     kwargs = handler.ddp_kwargs() if handler is not None else {}
     if state.distributed_type == DistributedType.MULTI_GPU:

@@ -153,7 +153,8 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
     logger = False if config.barebones else config.logger
     if logger is None and config.log_with is unset and not isinstance(config.accelerator, (str, type(None))):
-        log_with, loggers = unset, list[Logger]()  # an Accelerator was given: the trackers set on it (its log_with) log
+        # An Accelerator was given: the trackers set on it (its log_with) log.
+        log_with, loggers = unset, list[Logger]()
     else:
         log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
     devices = parse_devices(config.devices, config.accelerator)
