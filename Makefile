@@ -38,6 +38,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check engine trainer callbacks trackers tests
+	$(PY) -m mypy engine trainer callbacks trackers
 
 clean:
 	rm -rf $(VENV) runs site build/docs

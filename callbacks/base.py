@@ -88,6 +88,7 @@ asked for anywhere else waits for the next boundary, so a resumed run never repe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -131,6 +132,10 @@ class Callback:
     #: most callbacks), ``True`` after it, for a callback that reads what the module logged there
     #: (``ModelCheckpoint`` and ``EarlyStopping``, Lightning's "monitoring" callbacks, set it).
     epoch_end_after_module: ClassVar[bool] = False
+    #: The running module's ``log`` / ``log_dict``, lent to every callback as each run starts (as Lightning), so a
+    #: hook can call ``self.log("name", value)``.
+    log: Callable[..., None]
+    log_dict: Callable[..., None]
 
     def skipped_hooks(self) -> frozenset[str]:
         """Hooks this callback overrides but does not need in the run about to start (asked once as each run

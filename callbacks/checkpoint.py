@@ -571,4 +571,5 @@ class ModelCheckpoint(Callback):
 
 # The signature with its annotations evaluated (this module postpones them): tools that read the signature to
 # build a parser (jsonargparse, LightningCLI) get real types, e.g. ``save_last: bool | Literal["link"] | None``.
-ModelCheckpoint.__init__.__signature__ = inspect.signature(ModelCheckpoint.__init__, eval_str=True)  # type: ignore[attr-defined]
+ModelCheckpoint.__init__.__signature__ = inspect.signature(  # type: ignore[attr-defined]  # a function attribute
+    ModelCheckpoint.__init__, eval_str=True)

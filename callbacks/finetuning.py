@@ -158,8 +158,8 @@ class BaseFinetuning(Callback):
         first group's learning rate divided by ``initial_denom_lr``)."""
         BaseFinetuning.make_trainable(modules)
         group_lr = optimizer.param_groups[0]["lr"] / initial_denom_lr if lr is None else float(lr)
-        params = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
-        params = BaseFinetuning.filter_on_optimizer(optimizer, params)
+        candidates = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
+        params = BaseFinetuning.filter_on_optimizer(optimizer, candidates)
         if params:
             optimizer.add_param_group({"params": params, "lr": group_lr})
 

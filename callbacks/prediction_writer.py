@@ -9,7 +9,7 @@ the prediction and from ``batch_indices`` first: every sample is written exactly
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -148,7 +148,8 @@ def _to_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, Mapping):
-        return type(value)({k: _to_cpu(v) for k, v in value.items()})  # type: ignore[call-arg]
+        kind: Callable[..., Any] = type(value)  # the mapping's own class (dict, OrderedDict...): it takes a dict
+        return kind({k: _to_cpu(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         return type(value)(_to_cpu(v) for v in value)
     return value

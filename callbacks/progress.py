@@ -131,7 +131,7 @@ class ProgressBar(Callback):
         """Draw nothing (from the next run on); the Trainer's ``enable_progress_bar=False`` leaves the bar out."""
         self._enabled = False
 
-    def get_metrics(self, trainer: TrainerView, pl_module: torch.nn.Module) -> dict[str, Any]:
+    def get_metrics(self, trainer: TrainerView, pl_module: torch.nn.Module | None) -> dict[str, Any]:
         """What the bar shows: the ``prog_bar=True`` metrics as numbers; override to change it. (Lightning adds
         the logger's version as ``v_num``; Ember's bar leaves it out.)"""
         return dict(trainer.progress_bar_metrics)
@@ -245,7 +245,7 @@ class ProgressBar(Callback):
 
     def _shown(self, trainer: TrainerView) -> dict[str, str]:
         module = self._module_ref() if self._module_ref is not None else None
-        return _format(self.get_metrics(trainer, module))  # type: ignore[arg-type]
+        return _format(self.get_metrics(trainer, module))
 
     def _finish(self, progress: _Progress, trainer: TrainerView, summary: str, metrics: bool) -> None:
         shown = self._shown(trainer) if metrics else {}

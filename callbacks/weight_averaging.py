@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.optim.swa_utils import SWALR, AveragedModel, get_ema_avg_fn, update_bn
@@ -137,7 +137,7 @@ class WeightAveraging(Callback):
     def _pairs(self, module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
         assert self._average_model is not None
         average, current = self._average_model.module, module
-        pairs = list(zip(average.parameters(), current.parameters()))
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = list(zip(average.parameters(), current.parameters()))
         if self._use_buffers:  # otherwise the averaged copy's buffers are stale: the module keeps its own
             pairs += list(zip(average.buffers(), current.buffers()))
         return pairs
@@ -237,7 +237,7 @@ class StochasticWeightAveraging(WeightAveraging):
     """
 
     def __init__(self, swa_lrs: float | list[float], swa_epoch_start: float = 0.8, annealing_epochs: int = 10,
-                 annealing_strategy: str = "cos", avg_fn: AvgFn | None = None,
+                 annealing_strategy: Literal["cos", "linear"] = "cos", avg_fn: AvgFn | None = None,
                  device: torch.device | str | None = "cpu") -> None:
         lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
         if not lrs or not all(isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 for lr in lrs):
@@ -265,7 +265,8 @@ class StochasticWeightAveraging(WeightAveraging):
         self._annealing_strategy = annealing_strategy
         self._swa_scheduler: SWALR | None = None
         self._scheduler_state: dict[str, Any] | None = None
-        self._lrs: list[float] | None = None  # the SWA learning rates of this epoch, applied before every step
+        # The SWA learning rates of this epoch, applied before every step.
+        self._lrs: list[float | torch.Tensor] | None = None
 
     @property
     def swa_start(self) -> int:
@@ -304,15 +305,14 @@ class StochasticWeightAveraging(WeightAveraging):
         if self._swa_scheduler is not None or trainer.current_epoch < self.swa_start:
             return
         optimizer = trainer.optimizers[0]
-        if self._scheduler_state is not None:  # resumed: the optimizer's groups already hold their swa_lr
-            self._swa_scheduler = SWALR(optimizer, swa_lr=[g["swa_lr"] for g in optimizer.param_groups],
-                                        anneal_epochs=self._annealing_epochs,
-                                        anneal_strategy=self._annealing_strategy)  # type: ignore[arg-type]
-            self._swa_scheduler.load_state_dict(self._scheduler_state)
+        resumed = self._scheduler_state  # resumed: the optimizer's groups already hold their swa_lr
+        swa_lrs = [g["swa_lr"] for g in optimizer.param_groups] if resumed is not None else self._swa_lrs
+        self._swa_scheduler = SWALR(
+            optimizer, swa_lr=swa_lrs,  # type: ignore[arg-type]  # torch's stub says float; SWALR takes a list too
+            anneal_epochs=self._annealing_epochs, anneal_strategy=self._annealing_strategy)
+        if resumed is not None:
+            self._swa_scheduler.load_state_dict(resumed)
             self._scheduler_state = None
-        else:
-            self._swa_scheduler = SWALR(optimizer, swa_lr=self._swa_lrs, anneal_epochs=self._annealing_epochs,
-                                        anneal_strategy=self._annealing_strategy)  # type: ignore[arg-type]
         self._lrs = list(self._swa_scheduler.get_last_lr())
         self._apply_lrs(optimizer)
 

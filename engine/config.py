@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.data.workers import DEFAULT_WORKER_TIMEOUT_S, check_worker_timeout
 from engine.keywords import suggest_keywords
@@ -19,8 +20,10 @@ from engine.keywords import suggest_keywords
 class KwargsHandler:
     """Base of the ``*Kwargs`` handlers passed through ``Accelerator(kwargs_handlers=[...])``."""
 
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every handler is a dataclass (declared for dataclasses.fields)
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_kwargs(self) -> dict[str, Any]:
         """Only the fields that differ from the defaults (what the user actually asked for)."""
@@ -144,7 +147,7 @@ def _hook_type(value: Any, argument: str, allowed: tuple[DDPCommunicationHookTyp
     if member not in allowed:
         names = [m.value for m in allowed]
         raise ValueError(f"DistributedDataParallelKwargs({argument}={value!r}) is not one of {names}.")
-    return member  # type: ignore[return-value]
+    return member
 
 
 @suggest_keywords
@@ -204,11 +207,13 @@ class DistributedDataParallelKwargs(KwargsHandler):
             return
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-        hooks = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+        hooks: dict[DDPCommunicationHookType, Callable[..., Any]] = {
+                 DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
                  DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
                  DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
                  DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook}
-        wrappers = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+        wrappers: dict[DDPCommunicationHookType, Callable[..., Any]] = {
+                    DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
                     DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper}
         hook = hooks[self.comm_hook]
         if self.comm_wrapper in wrappers:

@@ -40,7 +40,7 @@ def _int(environ: Mapping[str, str], *names: str, default: int) -> int:
     for name in names:
         value = environ.get(name)
         if value not in (None, ""):
-            return int(value)  # type: ignore[arg-type]
+            return int(value)
     return default
 
 

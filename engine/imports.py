@@ -17,10 +17,11 @@ import importlib.metadata
 import importlib.util
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-_OPERATIONS: dict[str, Callable[[object, object], bool]] = {
+_OPERATIONS: dict[str, Callable[[Any, Any], Any]] = {  # typeshed types the operator functions loosely
     ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt}
 
 
@@ -118,7 +119,8 @@ def is_hpu_available(init_hccl: bool = False) -> bool:
         return False
     import habana_frameworks.torch  # noqa: F401 - registers torch.hpu
 
-    return bool(getattr(torch, "hpu", None) is not None and torch.hpu.is_available())
+    hpu = getattr(torch, "hpu", None)  # the module habana_frameworks adds to torch
+    return bool(hpu is not None and hpu.is_available())
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:

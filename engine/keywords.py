@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])  # a class or a function
 
 _UNEXPECTED = re.compile(r"got an unexpected keyword argument '([^']+)'")
 # Matches this much worse than the best one are left out: 'max_epoch' suggests max_epochs, not min_epochs too.
@@ -125,11 +125,11 @@ def suggest_keywords(target: T | None = None, *, docs: str | None = None) -> Any
     if isinstance(target, type):
         _wrap_init(target, docs)
         return target
-    return _wrap_function(target, docs)  # type: ignore[arg-type]
+    return _wrap_function(target, docs)
 
 
-def _wrap_init(cls: type, docs: str | None) -> None:
-    init = cls.__init__  # type: ignore[misc]
+def _wrap_init(cls: type[Any], docs: str | None) -> None:
+    init = cls.__init__
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -144,7 +144,7 @@ def _wrap_init(cls: type, docs: str | None) -> None:
                 raise
             raise better from None
 
-    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__init__ = __init__
 
 
 def _wrap_function(function: Callable[..., Any], docs: str | None) -> Callable[..., Any]:

@@ -25,7 +25,7 @@ __all__ = ["MultiProcessAdapter", "get_logger"]
 _LEVELS = ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET")
 
 
-class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+class MultiProcessAdapter(logging.LoggerAdapter):
     """A logger adapter whose calls accept ``main_process_only`` and ``in_order`` (see the module docstring)."""
 
     def __init__(self, logger: logging.Logger, extra: dict[str, Any] | None = None) -> None:
@@ -47,15 +47,15 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         in_order = kwargs.pop("in_order", False)
         if not self.isEnabledFor(level):
             return
-        msg, kwargs = self.process(msg, kwargs)
+        msg, options = self.process(msg, kwargs)
         state = PartialState()
         if in_order:
             for rank in range(state.num_processes):
                 if rank == state.process_index:
-                    self.logger.log(level, msg, *args, **kwargs)
+                    self.logger.log(level, msg, *args, **options)
                 state.wait_for_everyone()
         elif not main_process_only or state.is_main_process:
-            self.logger.log(level, msg, *args, **kwargs)
+            self.logger.log(level, msg, *args, **options)
 
     def warning_once(self, *args: Any, **kwargs: Any) -> None:
         """``warning`` that emits a given message (same arguments) only once per logger."""

@@ -24,6 +24,12 @@ def is_tensor_like(data: Any) -> bool:
     return isinstance(data, torch.Tensor)
 
 
+def _rebuilt(mapping: Any, items: dict[Any, Any]) -> Any:
+    """``items`` in a mapping of ``mapping``'s own class (dict, OrderedDict, a dict subclass such as a tokenizer's
+    BatchEncoding), which takes a dict (``Mapping`` itself declares no constructor)."""
+    return type(mapping)(items)
+
+
 def recursively_apply(func: Callable[..., Any], data: Any, *args: Any, test_type: Callable[[Any], bool] = is_tensor_like,
                       error_on_other_type: bool = False, **kwargs: Any) -> Any:
     """Apply ``func`` to every leaf of ``data`` that passes ``test_type``, keeping the container types."""
@@ -34,9 +40,9 @@ def recursively_apply(func: Callable[..., Any], data: Any, *args: Any, test_type
             return type(data)(*mapped)
         return type(data)(mapped)
     if isinstance(data, Mapping):
-        return type(data)({k: recursively_apply(func, v, *args, test_type=test_type,
-                                                error_on_other_type=error_on_other_type, **kwargs)
-                           for k, v in data.items()})
+        return _rebuilt(data, {k: recursively_apply(func, v, *args, test_type=test_type,
+                                                    error_on_other_type=error_on_other_type, **kwargs)
+                               for k, v in data.items()})
     if test_type(data):
         return func(data, *args, **kwargs)
     if error_on_other_type:
@@ -45,7 +51,7 @@ def recursively_apply(func: Callable[..., Any], data: Any, *args: Any, test_type
     return data
 
 
-def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bool = False,
+def send_to_device(data: Any, device: torch.device | str | int | None, non_blocking: bool = False,
                    skip_keys: list[str] | str | None = None) -> Any:
     """Move every tensor (or object with ``.to``) in a nested structure to ``device``.
 
@@ -72,8 +78,8 @@ def send_to_device(data: Any, device: torch.device | str | int, non_blocking: bo
         return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)
     if isinstance(data, Mapping):
         skip = skip_keys or ()
-        return type(data)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
-                           for k, v in data.items()})
+        return _rebuilt(data, {k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
+                               for k, v in data.items()})
     to = getattr(data, "to", None)
     if callable(to):
         try:
@@ -297,7 +303,7 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
     if isinstance(first, (tuple, list)):
         return type(first)(concatenate([d[i] for d in data], dim=dim) for i in range(len(first)))
     if isinstance(first, Mapping):
-        return type(first)({k: concatenate([d[k] for d in data], dim=dim) for k in first})
+        return _rebuilt(first, {k: concatenate([d[k] for d in data], dim=dim) for k in first})
     if not isinstance(first, torch.Tensor):
         raise TypeError(f"Can only concatenate tensors, got {type(first).__name__}.")
     shapes = [tuple(d.shape) for d in data]
@@ -366,7 +372,7 @@ def first_samples(data: Any, keep: int, size: int | None = None) -> Any:
     if isinstance(data, torch.Tensor):
         return data[:keep] if data.ndim and (size is None or data.shape[0] == size) else data
     if isinstance(data, Mapping):
-        return type(data)({k: first_samples(v, keep, size) for k, v in data.items()})  # type: ignore[call-arg]
+        return _rebuilt(data, {k: first_samples(v, keep, size) for k, v in data.items()})
     if isinstance(data, (list, tuple)):
         named = hasattr(data, "_fields")
         if not _holds_structures(data):  # one plain value per sample

@@ -11,7 +11,8 @@ import enum
 import random
 import struct
 import sys
-from typing import Any
+from types import MethodType
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -114,7 +115,9 @@ class RNGSnapshots:
         self._python: Any = random.getstate()
         self._python_view: Any = None  # a ctypes char array over the words (its .raw: one C-level copy, ~0.3 us)
         self._python_words = b""
-        self._python_owner = random.getstate.__self__  # the object the module-level functions draw from
+        # The object the module-level functions draw from (they are its bound methods; typeshed types them as plain
+        # functions).
+        self._python_owner: Any = cast(MethodType, random.getstate).__self__
         if sys.implementation.name == "cpython" and type(self._python_owner).__basicsize__ >= \
                 object.__basicsize__ + self._MT_BYTES:
             at = id(self._python_owner) + object.__basicsize__
@@ -123,15 +126,15 @@ class RNGSnapshots:
             if int.from_bytes(words[:4], "little", signed=True) == key[-1] and \
                     words[4:] == struct.pack("<624I", *key[:-1]):
                 self._python_view, self._python_words = (ctypes.c_char * self._MT_BYTES).from_address(at), words
-        self._numpy: Any = np.random.get_state()
+        self._numpy: Any = np.random.get_state(legacy=True)  # legacy=True is the default: a tuple for an MT19937
         self._numpy_view: Any = None
         self._numpy_words = b""
-        at = getattr(getattr(np.random.mtrand._rand._bit_generator, "ctypes", None), "state_address", None)
-        if self._numpy[0] == "MT19937" and isinstance(at, int):
-            words = ctypes.string_at(at, self._MT_BYTES)
+        address = getattr(getattr(np.random.mtrand._rand._bit_generator, "ctypes", None), "state_address", None)
+        if isinstance(self._numpy, tuple) and self._numpy[0] == "MT19937" and isinstance(address, int):
+            words = ctypes.string_at(address, self._MT_BYTES)
             if words[:-4] == self._numpy[1].astype("<u4").tobytes() and \
                     int.from_bytes(words[-4:], "little") == self._numpy[2]:
-                self._numpy_view, self._numpy_words = (ctypes.c_char * self._MT_BYTES).from_address(at), words
+                self._numpy_view, self._numpy_words = (ctypes.c_char * self._MT_BYTES).from_address(address), words
 
     def __call__(self) -> RawRNGState:
         return (torch.default_generator.get_state(), self._python_state(), self._numpy_state(),
@@ -142,7 +145,7 @@ class RNGSnapshots:
             return random.getstate()
         words = self._python_view.raw
         # A cached gaussian is consumed without moving the words: then gauss_next is no longer the one read.
-        if words != self._python_words or self._python_owner.gauss_next is not self._python[2]:  # type: ignore[attr-defined]
+        if words != self._python_words or self._python_owner.gauss_next is not self._python[2]:
             self._python, self._python_words = random.getstate(), words
         return self._python
 

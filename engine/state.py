@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,8 @@ from engine.launch.elastic_store import restart_scoped_store
 from engine.precision.policy import Precision
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class DistributedType(str, enum.Enum):
@@ -130,6 +132,7 @@ class PartialState:
     def _initialise(cpu: bool, env: EngineEnvironment, kwargs: dict[str, Any]) -> _ProcessRecord:
         launch = env.launch
         adopted = False
+        backend: str | None  # the process group's (torch's Backend is a str)
         requested_backend = kwargs.pop("backend", None)
         debug = env.debug_mode
         preset_device = env.torch_device
@@ -355,23 +358,23 @@ class PartialState:
             cls._teardown.append(callback)
 
     # -- decorators decided at decoration time ----------------------------------------------------------------
-    def _run_if(self, condition: bool, function: F) -> F:
+    def _run_if(self, condition: bool, function: Callable[P, R]) -> Callable[P, R | None]:
         if condition or not self.use_distributed:
             return function
 
         @wraps(function)
-        def skipped(*args: Any, **kwargs: Any) -> None:
+        def skipped(*args: P.args, **kwargs: P.kwargs) -> R | None:
             return None
 
-        return skipped  # type: ignore[return-value]
+        return skipped
 
-    def on_main_process(self, function: F) -> F:
+    def on_main_process(self, function: Callable[P, R]) -> Callable[P, R | None]:
         return self._run_if(self.is_main_process, function)
 
-    def on_local_main_process(self, function: F) -> F:
+    def on_local_main_process(self, function: Callable[P, R]) -> Callable[P, R | None]:
         return self._run_if(self.is_local_main_process, function)
 
-    def on_last_process(self, function: F) -> F:
+    def on_last_process(self, function: Callable[P, R]) -> Callable[P, R | None]:
         return self._run_if(self.is_last_process, function)
 
     def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:

@@ -68,13 +68,15 @@ class GeneralTracker:
         3 {'loss': 0.5}
     """
 
-    name: ClassVar[str]
-    requires_logging_directory: ClassVar[bool]
+    # Class attributes (checked in __init_subclass__); a blank tracker sets them on its instance.
+    name: str
+    requires_logging_directory: bool
     main_process_only: ClassVar[bool] = True
     accepts_logging_directory: ClassVar[bool] = False
     accepts_grouped_values: ClassVar[bool] = False
     package: ClassVar[str | None] = None
     extra: ClassVar[str | None] = None
+    opened_by_owner: bool = False  # set on an instance by an owner that opened the run itself (see above)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -102,8 +104,8 @@ class GeneralTracker:
                             "for a tracker that does nothing.")
         if _blank:
             # Instance attributes, so the class itself keeps `name` undefined for the subclass check.
-            self.name = "blank"  # type: ignore[misc]
-            self.requires_logging_directory = False  # type: ignore[misc]
+            self.name = "blank"
+            self.requires_logging_directory = False
 
     @property
     def tracker(self) -> Any:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 Scalar = int | float | bool | str
+_V = TypeVar("_V")  # what _flatten's convert makes of each value
 
 _ACCEPTED = ("int, float, bool, str, a 0-d tensor or numpy scalar, or a dict of those (flattened as 'a/b')")
 
@@ -25,7 +26,7 @@ def normalize_values(values: Mapping[str, Any]) -> dict[str, Scalar]:
             element, ``None``...); the message names the key and the type.
         ValueError: two entries flatten to the same key (``{"a/b": 1, "a": {"b": 2}}``).
     """
-    return dict(_flatten(values, "", _to_python))  # type: ignore[arg-type]
+    return dict(_flatten(values, "", _to_python))
 
 
 def flatten_config(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -79,8 +80,7 @@ def check_values(values: Mapping[str, Any]) -> None:
         continue
 
 
-def _flatten(values: Mapping[str, Any], prefix: str, convert: Callable[[str, Any], Scalar | None]
-             ) -> Iterator[tuple[str, Scalar | None]]:
+def _flatten(values: Mapping[str, Any], prefix: str, convert: Callable[[str, Any], _V]) -> Iterator[tuple[str, _V]]:
     if not isinstance(values, Mapping):
         raise TypeError("Expected the logged values to be a dict of name -> value. "
                         f"Received: {type(values).__name__} ({values!r:.80}).")
@@ -91,7 +91,7 @@ def _flatten(values: Mapping[str, Any], prefix: str, convert: Callable[[str, Any
                             f"{type(key).__name__}.")
         full = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            pairs: Iterable[tuple[str, Scalar | None]] = _flatten(value, f"{full}/", convert)
+            pairs: Iterable[tuple[str, _V]] = _flatten(value, f"{full}/", convert)
         else:
             pairs = ((full, convert(full, value)),)
         for name, item in pairs:

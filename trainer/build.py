@@ -44,7 +44,7 @@ def build_accelerator(config: TrainerConfig, lightning: LightningChoices) -> Acc
                          "steps (gradient_accumulation_steps or ACCELERATE_GRADIENT_ACCUMULATION_STEPS), but the "
                          "Trainer owns accumulation: build the Accelerator with gradient_accumulation_steps=1 and "
                          f"pass Trainer(accumulate_grad_batches={accelerator.gradient_accumulation_steps}).")
-    rank_zero_only.rank = accelerator.process_index  # type: ignore[attr-defined]  # Lightning's rank_zero_* helpers
+    rank_zero_only.rank = accelerator.process_index
     return accelerator
 
 

@@ -130,7 +130,7 @@ class CLI:
         self.trainer: Trainer = init["trainer"]
         self._configure_optimizers(init)
         self._save_config(section)
-        if run:
+        if run and self.subcommand is not None:  # the parser requires a subcommand when it runs one
             method_args = {k: v for k, v in init.items() if k in self._method_keys[self.subcommand]}
             if self.datamodule is not None:
                 method_args["datamodule"] = self.datamodule

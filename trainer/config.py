@@ -18,7 +18,7 @@ import inspect
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from callbacks import Callback
 from callbacks.exceptions import MisconfigurationException
@@ -42,6 +42,7 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,8 @@ class TrainerConfig:
                     for name, value in given.items()}
         off = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
                "num_sanity_val_steps": 0}
-        conflicts = {k: v for k, v in given.items() if v not in (None, False, 0) and v is not off[k]}
+        conflicts: dict[str, Any] = {k: v for k, v in given.items()
+                                     if v not in (None, False, 0) and v is not off[k]}
         if self.logger not in (None, False):
             conflicts["logger"] = self.logger
         # log_every_n_steps: 50 is also the dataclass default, so only another value is known to be asked for.
@@ -226,6 +228,37 @@ class TrainerConfig:
     def keywords(self) -> dict[str, Any]:
         """The keywords that build this config again (``Trainer(**config.keywords())``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in KEYWORDS}
+
+    # The resolved values, typed. The fields keep the types a caller may pass (None: "the default") because they
+    # are the Trainer's signature (help(), the CLI); __post_init__ has replaced every None in these, so a None
+    # read here means the config was changed around its checks.
+    @property
+    def accumulation(self) -> int:
+        """``accumulate_grad_batches``, resolved: batches per optimizer step (>= 1)."""
+        return _resolved(self, "accumulate_grad_batches", self.accumulate_grad_batches)
+
+    @property
+    def log_interval(self) -> int:
+        """``log_every_n_steps``, resolved (0 with ``barebones``: nothing is logged)."""
+        return _resolved(self, "log_every_n_steps", self.log_every_n_steps)
+
+    @property
+    def val_interval(self) -> float:
+        """``val_check_interval``, resolved (a time is kept as given: see ``args.val_check_seconds``)."""
+        return _resolved(self, "val_check_interval", self.val_check_interval)
+
+    def limit(self, stage: str) -> float:
+        """``limit_{stage}_batches``, resolved: an int count or a float fraction (``stage``: ``"train"``,
+        ``"val"``, ``"test"`` or ``"predict"``)."""
+        name = f"limit_{stage}_batches"
+        return _resolved(self, name, getattr(self, name))
+
+
+def _resolved(config: TrainerConfig, name: str, value: _T | None) -> _T:
+    if value is None:
+        raise RuntimeError(f"TrainerConfig.{name} is None after the config resolved it: set fields through "
+                           f"dataclasses.replace(config, {name}=...), which resolves them again.")
+    return value
 
 
 # The Trainer's keywords, in the order of its signature (every field but the resolved-only ones).

@@ -119,9 +119,9 @@ class DataModule(DataHooks, HyperparametersMixin):
         length, ``NA`` without one; ``1. size=16 ; 2. size=NA`` for several; ``None`` where the method is missing
         or fails, e.g. before ``setup``)."""
         def size(loader: Any) -> str:
-            dataset = getattr(loader, "dataset", None)
+            dataset: Any = getattr(loader, "dataset", None)  # anything: len() may raise TypeError, answered below
             try:
-                return str(len(dataset))  # type: ignore[arg-type]
+                return str(len(dataset))
             except TypeError:
                 return "NA"
 

@@ -10,7 +10,7 @@ from types import FrameType
 from typing import Any
 
 
-class AttributeDict(dict):  # type: ignore[type-arg]
+class AttributeDict(dict):
     """A dict whose keys are also attributes (``hparams.lr`` and ``hparams["lr"]``).
 
     Example:

@@ -6,7 +6,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -52,6 +52,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     """
 
     automatic_optimization: bool = True
+    __jit_unused_properties__: ClassVar[list[str]]  # set below the class, from its properties
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,11 +93,6 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                "exists).")
         return trainer
 
-    def _host(self) -> ModuleHost:
-        """The attached trainer as the module's own code sees it (``trainer.host``); raises as ``self.trainer``."""
-        host: ModuleHost = self.trainer
-        return host
-
     @trainer.setter
     def trainer(self, trainer: ModuleHost | None) -> None:
         """Attach the module and the TrainModules inside it to ``trainer`` (``None`` detaches them), as Lightning
@@ -106,6 +102,11 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         for child in self.modules():
             if isinstance(child, TrainModule):
                 child._trainer_ref = ref
+
+    def _host(self) -> ModuleHost:
+        """The attached trainer as the module's own code sees it (``trainer.host``); raises as ``self.trainer``."""
+        host: ModuleHost = self.trainer
+        return host
 
     @property
     def _trainer(self) -> ModuleHost | None:
@@ -132,8 +133,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         """The device of the module's first parameter or buffer (the trainer's device when it has none)."""
         for tensor in self.parameters():
             return tensor.device
-        for tensor in self.buffers():
-            return tensor.device
+        for buffer in self.buffers():
+            return buffer.device
         trainer = self._attached_trainer()
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
 
@@ -463,7 +464,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
 # torch.jit.script(module) compiles every property not listed here (Lightning lists its own): these read the trainer
 # or hold Python objects, and a scripted module runs without a trainer.
-TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)  # type: ignore[attr-defined]
+TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)
                                                if isinstance(value, property))
 
 
@@ -488,6 +489,12 @@ class StepRouter(torch.nn.Module):
         >>> list(router.state_dict()), router.net is router.module.net
         (['net.weight', 'net.bias'], True)
     """
+
+    # Set with object.__setattr__ in __init__ (plain attributes, not nn.Module children); declared for their types.
+    _target: TrainModule
+    _steps: dict[tuple[str, int], Callable[..., Any]]
+    _compiler: Compiler | None
+    _precision: Precision | None
 
     def __init__(self, module: TrainModule, compiler: Compiler | None = None,
                  precision: Precision | None = None) -> None:

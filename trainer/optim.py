@@ -71,7 +71,7 @@ class NoOptimizer(torch.optim.Optimizer):
     def __init__(self) -> None:
         super().__init__([torch.zeros(1)], {})  # torch needs one parameter; this one is never read
 
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Any:
         return closure() if closure is not None else None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -227,7 +227,7 @@ class LightningOptimizer(OptimizerView):
         self.optimizer = optimizer
         self._module = module
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return self.optimizer.step() if closure is None else self.optimizer.step(closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -277,7 +277,7 @@ class ManualOptimizer(LightningOptimizer):
         """Whether the last step was skipped by the fp16 loss scaler."""
         return bool(getattr(self.optimizer, "step_was_skipped", False))
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         self._before_step(self.optimizer)
         result = self.optimizer.step() if closure is None else self.optimizer.step(closure)
         self._after_step()

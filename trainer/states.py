@@ -118,7 +118,7 @@ class TrainerState:
         stage = None if theirs.stage == "idle" else theirs.stage
         return (self.status, self.fn, self.stage) == (theirs.status, theirs.fn, stage)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, as Lightning's dataclass
+    # Unhashable (mutable, as Lightning's dataclass): defining __eq__ leaves __hash__ None, and @dataclass keeps it.
 
 
 __all__ = ["LightningEnum", "RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]

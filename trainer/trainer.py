@@ -136,8 +136,8 @@ class Trainer:
         self._trackers_asked = lightning.log_with not in (UNSET, None, False, "", [], ())
         # Lightning's trainer.strategy (DDPStrategy / FSDPStrategy / ...), set up: e.g. ModelParallelStrategy's mesh.
         self.strategy = lightning.strategy.connect(self)
-        callbacks = build_callbacks(config.callbacks, config.enable_progress_bar, config.enable_model_summary,
-                                    lightning.default_checkpoint(config))
+        callbacks = build_callbacks(config.callbacks, bool(config.enable_progress_bar),
+                                    bool(config.enable_model_summary), lightning.default_checkpoint(config))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
@@ -156,7 +156,7 @@ class Trainer:
         self.profiler = resolve_profiler(config.profiler)
         entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
         self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler, *lightning.checkpoint_dirs(acc),
-                                         cluster=cluster, window=lambda: self.config.accumulate_grad_batches)
+                                         cluster=cluster, window=lambda: self.config.accumulation)
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
         self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes
@@ -210,7 +210,7 @@ class Trainer:
             self.stop.start()  # saved at a stop decision or not, a resumed run goes on until its own limits
             self.trackers.start((self.module, self.datamodule))
             if resume is None:  # said once, when the run starts (not again at every resume of it)
-                warn_log_interval(plan.num_training_batches, self.config.log_every_n_steps,
+                warn_log_interval(plan.num_training_batches, self.config.log_interval,
                                   self.trackers.started and self.accelerator.is_main_process)
             self._fit_loop(hooks, sanity_check=resume is None)
 
@@ -306,19 +306,19 @@ class Trainer:
         Returns what ``training_step`` returned and the loss found in it.
         """
         plan = self.plan
-        training_step = plan.training_step
-        assert training_step is not None
+        training_step, model = plan.training_step, plan.model
+        assert training_step is not None and model is not None  # set together by RunPlan.prepare_model
         if not plan.automatic:
             outputs = training_step(batch, batch_idx)
             if self.loss_check.active:
                 self.loss_check.record_output(outputs, batch_idx)
             return outputs, None
         # The trainer alone decides the accumulation window and tells the engine whether this batch syncs.
-        k = self.config.accumulate_grad_batches
+        k = self.config.accumulation
         # With several training loaders the engine's end-of-loader flag is some loader's, not the epoch's end.
         sync = k == 1 or plan.syncs(batch_idx, k) or (plan.combined is None and
                                                       self.accelerator.gradient_state.end_of_dataloader)
-        with self.accelerator.accumulate(plan.model, sync=sync):
+        with self.accelerator.accumulate(model, sync=sync):
             outputs = training_step(batch, batch_idx)
             # The usual case (a 0-d loss tensor with a graph) is checked inline; loss_of handles the others.
             usual = isinstance(outputs, torch.Tensor) and outputs.ndim == 0 and outputs.requires_grad
@@ -344,7 +344,7 @@ class Trainer:
         ``backward``, all given the loss divided by the accumulation window (as Lightning)."""
         hooks = self._hooks
         assert hooks is not None
-        k = self.config.accumulate_grad_batches
+        k = self.config.accumulation
         if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
             loss = loss / k
         for hook in hooks.overriders["on_before_backward"]:
@@ -399,8 +399,8 @@ class Trainer:
         """``on_before_zero_grad`` and ``optimizer_zero_grad`` with the torch optimizer (as Lightning passes it):
         the engine's wrapper zeroes only on syncing micro-steps, and a window's first batch may not sync."""
         hooks, plan = self._hooks, self.plan
-        assert hooks is not None
-        optimizer = plan.torch_optimizer
+        optimizer = plan.torch_optimizer  # automatic optimisation has exactly one (NoOptimizer when none)
+        assert hooks is not None and optimizer is not None
         for hook in hooks.overriders["on_before_zero_grad"]:
             hook(optimizer)
         if plan.custom_zero_grad:
@@ -440,7 +440,7 @@ class Trainer:
     def _handle_interrupt(self) -> None:
         """Save the exact position for a resume; after a preemption also finish the trackers and exit."""
         reason = self.stop.take_interrupt()
-        if reason is None or (reason == "max_time" and self.checkpoint_callback is None):
+        if reason is None or (reason == "max_time" and not self.checkpointer.checkpoint_callbacks):
             return
         self.checkpointer.save_interrupted("max_time" if reason == "max_time" else "preempted", self)
         if reason != "max_time":
@@ -503,8 +503,8 @@ class Trainer:
     @contextlib.contextmanager
     def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
-        module = lend_logging(self._attach(module, datamodule), self.callbacks)
-        self._hooks = hooks = HookTable(self, module, self.callbacks, TrainModule, self.profiler)
+        module = lend_logging(self._attach(module, datamodule), self.attached.callbacks)
+        self._hooks = hooks = HookTable(self, module, self.attached.callbacks, TrainModule, self.profiler)
         self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers,
@@ -520,13 +520,13 @@ class Trainer:
 
     def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
         if module is None:
-            module = self.module
+            module = self.attached.module
             if module is None:
                 raise ValueError("No module given and none was fitted before: pass the module, e.g. "
                                  "trainer.validate(model, dataloaders).")
         module = self.plan.attach(module, self.config.compile, check_module)
-        if module is not self.module:
-            self.callbacks = module_callbacks(module, self.callbacks)
+        if module is not self.attached.module:
+            self.attached.callbacks = module_callbacks(module, self.attached.callbacks)
         module._trainer_ref = weakref.ref(self)
         module._device_mesh = self.strategy.module_mesh
         if datamodule is not None:

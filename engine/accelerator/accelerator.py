@@ -446,7 +446,7 @@ class Accelerator:
 
     def verify_device_map(self, model: torch.nn.Module) -> bool:
         """Ember does not do big-model dispatch: a model never carries a multi-device map."""
-        return getattr(model, "hf_device_map", None) is not None and len(set(model.hf_device_map.values())) > 1
+        return len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1
 
     # -- process control (the ProcessControl's) --------------------------------------------------------------
     @property

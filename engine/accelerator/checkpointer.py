@@ -524,9 +524,9 @@ class Checkpointer:
                           f"{self.state.num_processes}: RNG states and data positions are restored only for ranks "
                           "that existed, so the run will not continue exactly as before.", stacklevel=3)
         for i, state in loaded.dataloaders.items():
-            loader = self.prepared.dataloaders[i]
-            if callable(getattr(loader, "load_state_dict", None)):
-                loader.load_state_dict(state)
+            load = getattr(self.prepared.dataloaders[i], "load_state_dict", None)  # the engine's loaders have it
+            if callable(load):
+                load(state)
         if loaded.rng is not None:
             step = int(loaded.rng["step"])
             restore_rng_state(loaded.rng["rng"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch.utils.data import DataLoader
@@ -19,13 +19,24 @@ from engine.accelerator.registry import PreparedObjects
 from engine.backends.base import Backend
 from engine.config import AutocastKwargs, DataLoaderConfiguration
 from engine.gradient_state import GradientState
-from engine.precision.fp8 import Fp8Training
+from engine.precision.fp8 import NoFp8
 from engine.precision.mixed import wrap_forward
 from engine.prepare.optimizer import AcceleratedOptimizer
 from engine.prepare.preparable import check_preparable, is_scheduler
 from engine.prepare.scheduler import AcceleratedScheduler
 from engine.state import AcceleratorState
 
+if TYPE_CHECKING:
+    from engine.backends.deepspeed import Prepared
+
+
+
+class JointBackend(Protocol):
+    """What a backend that ``prepares_jointly`` adds to ``Backend`` (``engine.backends.deepspeed.DeepSpeed``)."""
+
+    def accumulation_steps(self, requested: int) -> int: ...
+    def prepare(self, model: torch.nn.Module, optimizer: Any, scheduler: Any, loaders: Sequence[Any], *,
+                num_processes: int, split_batches: bool) -> Prepared: ...
 
 @dataclass(frozen=True)
 class PrepareOptions:
@@ -54,7 +65,7 @@ class Preparer:
     """
 
     def __init__(self, state: AcceleratorState, prepared: PreparedObjects, gradient_state: GradientState,
-                 scaler: Any, fp8: Fp8Training) -> None:
+                 scaler: Any, fp8: NoFp8) -> None:
         self.state = state
         self.prepared = prepared
         self.gradient_state = gradient_state
@@ -95,19 +106,21 @@ class Preparer:
                   for obj in args]
         from engine.backends.deepspeed_plugin import DummyOptim, DummyScheduler
 
+        backend = cast(JointBackend, options.backend)  # prepares_jointly: it has JointBackend's methods
+
         model = next((obj for obj in result if isinstance(obj, torch.nn.Module)), None)
         if model is None:
             return result[0] if len(result) == 1 else tuple(result)
         optimizer = next((obj for obj in result if isinstance(obj, (torch.optim.Optimizer, DummyOptim))), None)
         scheduler = next((obj for obj in result if is_scheduler(obj) or isinstance(obj, DummyScheduler)), None)
         # The DeepSpeed config's accumulation steps win over the Accelerator's (as in Accelerate, with a warning).
-        self.gradient_state.num_steps = options.backend.accumulation_steps(self.gradient_state.num_steps)
+        self.gradient_state.num_steps = backend.accumulation_steps(self.gradient_state.num_steps)
         if options.native_amp:
             wrap_forward(model, self.state.device, self.state.mixed_precision, options.autocast_handler)
         loaders = [obj for obj in args if isinstance(obj, DataLoader)]
         split_batches = options.dataloader_config.split_batches
-        prepared = options.backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.state.num_processes,
-                                        split_batches=split_batches)
+        prepared = backend.prepare(model, optimizer, scheduler, loaders, num_processes=self.state.num_processes,
+                                   split_batches=split_batches)
         self.prepared.models.append(prepared.engine)
         prepared.engine._is_accelerate_prepared = True
         swaps: dict[int, Any] = {id(model): prepared.engine}
@@ -159,8 +172,9 @@ class Preparer:
         if not evaluation_mode:  # an evaluation-only model needs no gradient sync (nor sharding)
             model = options.backend.wrap_model(model, [prepared.optimizer for prepared in self.prepared.optimizers])
         if options.dynamo_backend != "no":
-            model = torch.compile(model, backend=options.dynamo_backend)
-        model._is_accelerate_prepared = True  # type: ignore[assignment]
+            # A module in gives a module out (an OptimizedModule); torch's overloads type it as a callable.
+            model = cast(torch.nn.Module, torch.compile(model, backend=options.dynamo_backend))
+        model._is_accelerate_prepared = True  # type: ignore[assignment]  # nn.Module's stub: Tensor | Module only
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None,
@@ -174,7 +188,7 @@ class Preparer:
         options.backend.prepare_optimizer(optimizer, self.prepared.models)
         prepared = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
                                         device=self.state.device)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        prepared._is_accelerate_prepared = True
         self.prepared.optimizers.append(prepared)
         return prepared
 
@@ -188,7 +202,7 @@ class Preparer:
         prepared = AcceleratedScheduler(scheduler, matching or self.prepared.optimizers,
                                         step_with_optimizer=options.step_scheduler_with_optimizer,
                                         split_batches=options.dataloader_config.split_batches)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        prepared._is_accelerate_prepared = True
         self.prepared.schedulers.append(prepared)
         return prepared
 
@@ -212,6 +226,6 @@ class Preparer:
             dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
             slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed, non_blocking=config.non_blocking, worker_timeout=config.worker_timeout)
-        prepared._is_accelerate_prepared = True  # type: ignore[attr-defined]
+        prepared._is_accelerate_prepared = True
         self.prepared.dataloaders.append(prepared)
         return prepared

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -54,7 +55,7 @@ class ProcessControl:
                 return function(*args, **kwargs)
             return None
 
-        wrapper.__wrapped__ = function  # type: ignore[attr-defined]
+        functools.update_wrapper(wrapper, function, assigned=(), updated=())  # sets __wrapped__ only
         wrapper.__name__ = getattr(function, "__name__", "wrapper")
         wrapper.__doc__ = function.__doc__
         return wrapper

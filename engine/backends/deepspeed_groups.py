@@ -24,17 +24,16 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from engine.state import PartialState
 
 # The DeepSpeed engines prepared in this process: weak, so that an engine deleted early is not kept.
-_ENGINES: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()  # DeepSpeedEngines (deepspeed ships no types)
 _GROUP_MODULES = ("deepspeed.utils.groups", "deepspeed.comm.comm", "deepspeed.comm.torch")
 
 
-def track_engine(engine: torch.nn.Module) -> None:
+def track_engine(engine: Any) -> None:
     """Release ``engine``'s references to the process groups when they are destroyed."""
     _ENGINES.add(engine)
     PartialState.register_teardown(release_deepspeed_groups)

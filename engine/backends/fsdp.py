@@ -17,7 +17,7 @@ import itertools
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -76,7 +76,8 @@ def _as_policy(value: Any) -> MixedPrecisionPolicy | str | None:
         if unknown:
             raise ValueError(f"FullyShardedDataParallelPlugin(mixed_precision_policy=...) has unknown keys "
                              f"{unknown}; allowed: {list(_POLICY_FIELDS)}.")
-        fields = {k: _dtype(v, k) if k != "cast_forward_inputs" else bool(v) for k, v in value.items()}
+        fields: dict[str, Any] = {k: _dtype(v, k) if k != "cast_forward_inputs" else bool(v)
+                                  for k, v in value.items()}
         return MixedPrecisionPolicy(**fields)
     raise TypeError(f"FullyShardedDataParallelPlugin(mixed_precision_policy=...) must be None, a string, a dict or "
                     f"a torch.distributed.fsdp.MixedPrecisionPolicy, got {type(value).__name__}.")
@@ -400,9 +401,12 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = True) -> dict[str
 
     if not holds_dtensors(model):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    # A model's state dict holds tensors only (torch types it with the values an optimizer's may hold too).
     if rank0_only:
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    gathered = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        return cast(dict[str, torch.Tensor],
+                    get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
+    gathered = cast(dict[str, torch.Tensor],
+                    get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
     return {k: v.detach().cpu() for k, v in gathered.items()}
 
 

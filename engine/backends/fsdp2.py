@@ -14,6 +14,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from engine.backends import fsdp, fsdp_checkpoint
 from engine.backends.base import Backend
@@ -51,15 +52,15 @@ class FSDP2(Backend):
         return fsdp.full_state_dict(bare) if fsdp.is_sharded(bare) else model.state_dict()
 
     @contextlib.contextmanager
-    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:  # type: ignore[override]
-        if not fsdp.is_sharded(model):
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        if not isinstance(model, FSDPModule):  # fsdp.is_sharded, spelled out for the type checker
             yield
             return
-        model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        model.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)  # type: ignore[operator]
+            model.set_requires_gradient_sync(True)
 
     def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float, norm_type: float) -> torch.Tensor:
         total = super().clip_grad_norm_(parameters, max_norm, norm_type)

@@ -16,6 +16,7 @@ Full: the optimizer state is gathered to rank 0 and converted to the ordinary ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import os
@@ -94,9 +95,10 @@ class SafeFileSystemReader(FileSystemReader):
             metadata = _MetadataUnpickler(handle).load()
         if not isinstance(metadata, Metadata):
             raise pickle.UnpicklingError(f"{path} does not hold torch.distributed.checkpoint Metadata.")
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata
 
 
@@ -246,7 +248,9 @@ def full_optimizer_state_dict(optimizer: Any, model: torch.nn.Module) -> dict[st
     A collective: every rank must call it.
     """
     inner = _inner(optimizer)
-    full = get_optimizer_state_dict(model, inner, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # Keyed by parameter name in optimizer.state_dict()'s layout ("state", "param_groups").
+    full: dict[str, Any] = get_optimizer_state_dict(model, inner,
+                                                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not full:
         return {}
     index = {name: i for i, name in enumerate(_param_names(inner, model))}
@@ -268,7 +272,7 @@ def load_full_optimizer_state_dict(optimizer: Any, model: torch.nn.Module, state
                          f"{[len(g['params']) for g in saved_groups]}, this optimizer "
                          f"{[len(g['params']) for g in inner.param_groups]}: build the optimizer as when saving.")
     position = {saved: i for i, saved in enumerate(p for g in saved_groups for p in g["params"])}
-    by_name = {"state": {names[position[k]]: v for k, v in state["state"].items()},
+    by_name: dict[str, Any] = {"state": {names[position[k]]: v for k, v in state["state"].items()},
                "param_groups": [{**g, "params": [names[position[p]] for p in g["params"]]} for g in saved_groups]}
     set_optimizer_state_dict(model, inner, by_name, options=StateDictOptions(full_state_dict=True))
 
@@ -307,9 +311,14 @@ def async_save_shards(folder: str, models: Sequence[torch.nn.Module], optimizers
     A collective: every rank calls it.
     """
     uploads: list[tuple[str, Future[Any]]] = []
-    states = [(sharded_model_dir(i), lambda m=model: get_model_state_dict(m)) for i, model in enumerate(models)]
-    states += [(sharded_optimizer_dir(i), lambda o=optimizer: get_optimizer_state_dict(owner_model(o, models),
-                                                                                        _inner(o)))
+
+    def optimizer_state(optimizer: Any) -> Mapping[str, Any]:
+        return get_optimizer_state_dict(owner_model(optimizer, models), _inner(optimizer))
+
+    # Each state is taken when its upload starts (not all first).
+    states: list[tuple[str, Callable[[], Mapping[str, Any]]]]
+    states = [(sharded_model_dir(i), functools.partial(get_model_state_dict, model)) for i, model in enumerate(models)]
+    states += [(sharded_optimizer_dir(i), functools.partial(optimizer_state, optimizer))
                for i, optimizer in enumerate(optimizers)]
     for sub, state in states:
         group, stager = channel(sub)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from engine.environment import EngineEnvironment
 
@@ -98,27 +98,32 @@ class ParallelismConfig:
     dp_shard_size: int | None = None
     tp_size: int | None = None
     cp_size: int | None = None
-    cp_backend: Literal["torch"] | None = None
+    cp_backend: str | None = None  # "torch", the one accepted (checked with the others in _check, as Accelerate)
     sp_size: int | None = None
-    sp_backend: Literal["deepspeed"] | None = None
+    sp_backend: str | None = None  # "deepspeed", likewise
     tp_handler: TorchTensorParallelConfig | None = None
     cp_handler: TorchContextParallelConfig | None = None
     sp_handler: DeepSpeedSequenceParallelConfig | None = None
 
     def __post_init__(self) -> None:
         env = _env()
-        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
-            if getattr(self, name) is None:
-                setattr(self, name, int(env.get(f"PARALLELISM_CONFIG_{name.upper()}", "1")))
+        def size(given: int | None, name: str) -> int:  # not given: the launcher's environment, else 1
+            return int(env.get(f"PARALLELISM_CONFIG_{name.upper()}", "1")) if given is None else given
+
+        self.dp_replicate_size = size(self.dp_replicate_size, "dp_replicate_size")
+        self.dp_shard_size = size(self.dp_shard_size, "dp_shard_size")
+        self.tp_size = size(self.tp_size, "tp_size")
+        self.cp_size = size(self.cp_size, "cp_size")
+        self.sp_size = size(self.sp_size, "sp_size")
         if self.cp_backend is None:
-            self.cp_backend = env.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")  # type: ignore[assignment]
+            self.cp_backend = env.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")
         if self.sp_backend is None:
-            self.sp_backend = env.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")  # type: ignore[assignment]
-        if self.tp_size > 1 and self.tp_handler is None:  # type: ignore[operator]
+            self.sp_backend = env.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
+        if self.tp_size > 1 and self.tp_handler is None:
             self.tp_handler = TorchTensorParallelConfig()
-        if self.cp_size > 1 and self.cp_handler is None:  # type: ignore[operator]
+        if self.cp_size > 1 and self.cp_handler is None:
             self.cp_handler = TorchContextParallelConfig()
-        if self.sp_size > 1 and self.sp_handler is None:  # type: ignore[operator]
+        if self.sp_size > 1 and self.sp_handler is None:
             self.sp_handler = DeepSpeedSequenceParallelConfig()
         # Not a dataclass field: Accelerate's fields stay as they are (see name_mesh_dims).
         self._mesh_names: dict[str, str] = {}

@@ -156,7 +156,7 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, norm_ty
         return torch.tensor(0.0)
     norms = []
     for group in groups.values():
-        norm = torch.nn.utils.get_total_norm([p.grad for p in group], norm_type)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group if p.grad is not None], norm_type)  # all have one
         norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
     stacked = torch.stack([n.to(norms[0].device) for n in norms])
     total = stacked.max() if math.isinf(norm_type) else torch.linalg.vector_norm(stacked, norm_type)

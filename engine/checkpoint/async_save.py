@@ -126,7 +126,7 @@ class AsyncCheckpointer:
         # it writes with ("cannot schedule new futures after interpreter shutdown") and the checkpoint was lost.
         # threading's exit hooks run in reverse order of registration, concurrent.futures' was registered first.
         if not self._finishes_at_exit:
-            threading._register_atexit(self._finish_at_exit)  # type: ignore[attr-defined]
+            threading._register_atexit(self._finish_at_exit)  # type: ignore[attr-defined]  # private: no stub
             self._finishes_at_exit = True
         self._thread = threading.Thread(target=self._run, args=(job,), name="ember-checkpoint-writer")
         self._thread.start()

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from engine.checkpoint.checksum import CHUNK_BYTES, CHUNKED, FileRecord, chunk_hasher, combine_chunks
-from engine.checkpoint.io import _SAFETENSORS_DTYPES, ALIASES_KEY, mismatch
+from engine.checkpoint.io import _SAFETENSORS_DTYPES, ALIASES_KEY, byte_view, mismatch
 
 _DTYPES = {code: dtype for dtype, code in _SAFETENSORS_DTYPES.items()}
 _DEFAULT_LOAD = torch.nn.Module._load_from_state_dict
@@ -97,7 +97,7 @@ def read_into_module(model: torch.nn.Module, path: str, strict: bool = True, poo
             if targets[alias].untyped_storage().data_ptr() != targets[kept].untyped_storage().data_ptr():
                 return False
         with torch.no_grad():
-            _read_all(fd, [(_byte_view(target), offset) for target, offset, size in plan if size], path, pool)
+            _read_all(fd, [(byte_view(target), offset) for target, offset, size in plan if size], path, pool)
     return True
 
 
@@ -137,7 +137,7 @@ def read_torch_file(path: str, pool: Executor | None = None, expected: FileRecor
         if offset not in storages:
             storages[offset] = torch.empty(storage.nbytes(), dtype=torch.uint8)
             if storage.nbytes():
-                reads.append((memoryview(storages[offset].numpy()), offset))
+                reads.append((byte_view(storages[offset]), offset))
         tensor = torch.empty(0, dtype=meta.dtype)
         return tensor.set_(storages[offset].untyped_storage(), meta.storage_offset(), meta.shape, meta.stride())
 
@@ -182,11 +182,11 @@ def _chunk_parts(reads: list[tuple[memoryview, int]], size: int) -> list[list[Pa
     if position < size:
         cover.append((position, size - position, None))
     chunks: list[list[Part]] = [[] for _ in range(0, size, CHUNK_BYTES)]
-    for offset, length, view in cover:
+    for offset, length, destination in cover:
         at = offset
         while at < offset + length:
             end = min(offset + length, (at // CHUNK_BYTES + 1) * CHUNK_BYTES)
-            chunks[at // CHUNK_BYTES].append((at, end - at, view, at - offset))
+            chunks[at // CHUNK_BYTES].append((at, end - at, destination, at - offset))
             at = end
     return chunks
 
@@ -220,10 +220,6 @@ def _rebuild(value: Any, real: Callable[[torch.Tensor], torch.Tensor | None]) ->
         pairs = {key: _rebuild(item, real) for key, item in value.items()}
         return _DECLINED if any(item is _DECLINED for item in pairs.values()) else pairs
     return _DECLINED
-
-
-def _byte_view(tensor: torch.Tensor) -> memoryview:
-    return memoryview(tensor.view(-1).view(torch.uint8).numpy())
 
 
 def _pieces(reads: list[tuple[memoryview, int]]) -> Iterator[tuple[memoryview, int]]:

@@ -148,7 +148,7 @@ def start_checksums(folder: str, manifest: Mapping[str, Any], pool: Executor | N
 
 
 def _finish_all(checks: Mapping[str, Callable[[], None]]) -> dict[str, BaseException]:
-    failures = {}
+    failures: dict[str, BaseException] = {}
     for name, check in checks.items():
         try:
             check()
@@ -194,7 +194,8 @@ def committed_checkpoints(*directories: str, auto_named: bool = True) -> list[tu
             manifest = read_manifest(path) if os.path.isdir(path) else None
             if manifest is not None:
                 number = int(match.group(1)) if match else None
-                found.append((float(number if auto_named else manifest.get("created", 0.0)), number, path))
+                created = number if auto_named and number is not None else manifest.get("created", 0.0)
+                found.append((float(created), number, path))
     return [(number, path) for _, number, path in sorted(found, key=lambda item: (item[0], item[2]))]
 
 

@@ -200,7 +200,7 @@ def _without_zip_crc32() -> Iterator[None]:
 def save_torch(obj: Any, path: str, pool: Executor | None = None) -> FileRecord:
     """``torch.save(obj)`` into a new durable file."""
     with DurableWriter(path, pool) as writer, _without_zip_crc32():
-        torch.save(obj, writer)
+        torch.save(obj, writer)  # type: ignore[arg-type]  # it takes any writable object; its stub says IO[bytes]
     return writer.close()
 
 
@@ -241,8 +241,13 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    # Reinterpret as bytes (no copy for a contiguous CPU tensor); numpy keeps the tensor alive.
-    return memoryview(flat.view(torch.uint8).numpy())
+    return byte_view(flat)
+
+
+def byte_view(tensor: torch.Tensor) -> memoryview:
+    """A contiguous CPU ``tensor``'s bytes, reinterpreted without a copy (numpy keeps the tensor alive)."""
+    array = tensor.view(-1).view(torch.uint8).numpy()
+    return memoryview(array)  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python >= 3.12 only
 
 
 def save_safetensors(tensors: Mapping[str, torch.Tensor], path: str, pool: Executor | None = None,

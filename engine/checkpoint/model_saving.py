@@ -7,6 +7,7 @@ Names: ``model.safetensors`` (``pytorch_model.bin``) when the weights fit in one
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -65,9 +66,9 @@ def write_model(state_dict: Mapping[str, torch.Tensor], directory: str, max_byte
         # Each tied name travels with the tensor it aliases, so the shard restores it on load.
         part.update({alias: tensors[target] for alias, target in aliases.items() if target in part})
         if safe_serialization:
-            atomic_write(os.path.join(directory, name), lambda path, part=part: save_safetensors(part, path))
+            atomic_write(os.path.join(directory, name), functools.partial(save_safetensors, part))
         else:
-            atomic_write(os.path.join(directory, name), lambda path, part=part: save_torch(part, path))
+            atomic_write(os.path.join(directory, name), functools.partial(save_torch, part))
         written.append(name)
     keep = set(names)
     if len(shards) > 1:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -34,6 +34,9 @@ from engine.checkpoint.checksum import CHUNKED, FileRecord
 from engine.checkpoint.direct import read_torch_file
 from engine.checkpoint.folders import check_file, check_sizes, read_manifest, start_checksums
 from engine.checkpoint.io import CheckpointError, load_safetensors, load_torch, save_safetensors, save_torch
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 SCALER_NAME = "scaler.pt"
 
@@ -305,9 +308,10 @@ def local_gradient(param: torch.nn.Parameter) -> torch.Tensor:
     assert grad is not None
     if not hasattr(grad, "to_local"):
         return grad
+    grad = cast("DTensor", grad)  # only a DTensor has to_local
     placements = getattr(param, "placements", None)
-    if placements is not None and tuple(grad.placements) != tuple(placements):
-        grad = grad.redistribute(param.device_mesh, placements)
+    if placements is not None and tuple(grad.placements) != tuple(placements):  # a DTensor parameter
+        grad = grad.redistribute(cast("DTensor", param).device_mesh, placements)
     return grad.to_local()
 
 

@@ -52,14 +52,14 @@ def _describe(batch: Any) -> Any:
                         "dispatch_batches=False.") from None
 
 
-def _allocate(skeleton: Any, device: torch.device) -> Any:
+def _allocate(skeleton: Any, device: torch.device | None) -> Any:
     return recursively_apply(lambda s: torch.empty(s.shape, dtype=s.dtype, device=device), skeleton,
                              test_type=lambda x: isinstance(x, _Spec))
 
 
 def _rows(data: Any, count: int) -> Any:
     """The first ``count`` rows of every tensor, repeating the rows that exist when there are fewer."""
-    while find_batch_size(data) is not None and find_batch_size(data) < count:  # type: ignore[operator]
+    while (size := find_batch_size(data)) is not None and size < count:
         data = concatenate([data, data])
     return recursively_apply(lambda t: t[:count], data)
 
@@ -204,7 +204,7 @@ class DataLoaderDispatcher(_PreparedLoader):
             self._fail(error)
             raise
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator; torch's stub names its own class
         start, replay = self._start_pass(0)
         self._pass = token = object()
         procs, rank = self.state.num_processes, self.state.process_index

@@ -79,7 +79,7 @@ class DataLoaderShard(_PreparedLoader):
     def __len__(self) -> int:
         return max(0, DataLoader.__len__(self) - self.skip_batches)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator; torch's stub names its own class
         start, replay = self._start_pass(self._rank)
         self._pass = token = object()
         device, non_blocking = self.device, self._non_blocking
@@ -167,7 +167,7 @@ class SkipDataLoader(DataLoader):
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator; torch's stub names its own class
         batches = super().__iter__()
         _consume(batches, self.skip_batches)
         yield from batches
@@ -226,7 +226,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
     sampler: Any = dataloader.sampler
     synchronized_generator: torch.Generator | None = None
 
-    if is_iterable:
+    if isinstance(dataset, IterableDataset):  # is_iterable (spelled out for the type checker)
         if sharding:
             if not split_batches and getattr(dataset, "n_shards", 0) >= num_processes and hasattr(dataset, "shard"):
                 dataset = dataset.shard(num_shards=num_processes, index=process_index)  # HF datasets
@@ -265,7 +265,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
 
     if synchronized_generator is None:
         rng_types = [t for t in (rng_types or []) if str(getattr(t, "value", t)) != "generator"]
-    kwargs = {name: getattr(dataloader, name) for name in _FORWARDED if hasattr(dataloader, name)}
+    kwargs: dict[str, Any] = {name: getattr(dataloader, name) for name in _FORWARDED if hasattr(dataloader, name)}
     kwargs["worker_init_fn"] = _user_worker_init(kwargs.get("worker_init_fn"))
     if is_iterable:
         per_process = batch_size // num_processes if sharding and split_batches and batch_size else batch_size
@@ -275,7 +275,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | None = No
         batching = {"sampler": batch_sampler if batch_sampler_as_sampler else sampler, "batch_size": None}
     else:
         batching = {"batch_sampler": batch_sampler}
-    common = {"rng_types": rng_types, "synchronized_generator": synchronized_generator,
+    common: dict[str, Any] = {"rng_types": rng_types, "synchronized_generator": synchronized_generator,
               "_drop_last": dataloader.drop_last, "_non_blocking": non_blocking, "_seed": seed}
     prepared: _PreparedLoader
     if dispatch_batches:

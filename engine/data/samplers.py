@@ -129,6 +129,18 @@ class SeedableRandomSampler(RandomSampler):
         self.set_epoch(self.epoch + 1)
 
 
+
+def _set_sampler(batch_sampler: Any, sampler: Any) -> None:
+    """Give the wrapped batch sampler (any object: the user's) a new ``sampler``, as Accelerate's wrappers do."""
+    batch_sampler.sampler = sampler
+
+
+def length_of(sampler: object) -> int:
+    """``len(sampler)``, with len()'s ``TypeError`` for a sampler without a length (some callers allow that)."""
+    if not isinstance(sampler, Sized):
+        raise TypeError(f"object of type '{type(sampler).__name__}' has no len()")
+    return len(sampler)
+
 class BatchSamplerShard(BatchSampler):
     """The share of ``batch_sampler``'s batches that belongs to one process (ENGINE.md section 3).
 
@@ -152,7 +164,9 @@ class BatchSamplerShard(BatchSampler):
         self.process_index = process_index
         self.split_batches = split_batches
         self.even_batches = even_batches
-        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
+        # None for a variable-size batch sampler (see SkipBatchSampler.batch_size).
+        self.batch_size: int | None = getattr(  # type: ignore[assignment]  # torch's stub: int only
+            batch_sampler, "batch_size", None)
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         if split_batches:
             if self.batch_size is None:
@@ -167,10 +181,10 @@ class BatchSamplerShard(BatchSampler):
 
     @sampler.setter
     def sampler(self, sampler: Any) -> None:
-        self.batch_sampler.sampler = sampler  # type: ignore[attr-defined]
+        _set_sampler(self.batch_sampler, sampler)
 
     def __len__(self) -> int:
-        length = len(self.batch_sampler)  # type: ignore[arg-type]
+        length = length_of(self.batch_sampler)
         if self.split_batches:
             return length  # over-reports for ranks that get an empty slice with even_batches=False (as Accelerate)
         rounds, extra = divmod(length, self.num_processes)
@@ -197,7 +211,7 @@ class BatchSamplerShard(BatchSampler):
         procs, rank = self.num_processes, self.process_index
         number = batch_number if self.split_batches else batch_number * procs + rank  # its global batch number
         if type(self.batch_sampler) is BatchSampler and self.batch_size is not None:
-            total, size = len(self.batch_sampler.sampler), self.batch_size  # type: ignore[arg-type]
+            total, size = length_of(self.batch_sampler.sampler), self.batch_size
             if self.split_batches:
                 per = size // procs
                 real = min(per, max(0, total - number * size - rank * per))
@@ -205,7 +219,7 @@ class BatchSamplerShard(BatchSampler):
             real = min(size, max(0, total - number * size))
             return None if real == size else real
         try:
-            batches = len(self.batch_sampler)  # type: ignore[arg-type]
+            batches = length_of(self.batch_sampler)
         except TypeError:
             return None
         return 0 if number >= batches else None
@@ -248,7 +262,7 @@ class BatchSamplerShard(BatchSampler):
         if start <= 1:
             return 0
         try:
-            length = len(self.batch_sampler)  # type: ignore[arg-type]
+            length = length_of(self.batch_sampler)
         except TypeError:
             return 0
         return max(0, min(start, (length - 1) // self.num_processes) - 1)
@@ -275,7 +289,8 @@ class BatchSamplerShard(BatchSampler):
                 if to_drop:
                     to_drop -= 1
                 else:
-                    yield mine  # type: ignore[misc]
+                    assert mine is not None  # this round's batch number `rank` was seen: rank < procs
+                    yield mine
                 mine = None
                 if idx == procs - 1 and jump:
                     cursor.skip(jump * procs)
@@ -347,11 +362,11 @@ class SkipBatchSampler(BatchSampler):
         self.skip_batches = skip_batches
 
     @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
+    def batch_size(self) -> int | None:  # type: ignore[override]  # torch says int; a variable-size sampler's is None
         return getattr(self.batch_sampler, "batch_size", None)
 
     @property
-    def drop_last(self) -> bool:  # type: ignore[override]
+    def drop_last(self) -> bool:  # type: ignore[override]  # read-only: the wrapped sampler's (torch: an attribute)
         return bool(getattr(self.batch_sampler, "drop_last", False))
 
     @property
@@ -360,14 +375,14 @@ class SkipBatchSampler(BatchSampler):
 
     @sampler.setter
     def sampler(self, sampler: Any) -> None:
-        self.batch_sampler.sampler = sampler  # type: ignore[attr-defined]
+        _set_sampler(self.batch_sampler, sampler)
 
     @property
     def total_length(self) -> int:
-        return len(self.batch_sampler)  # type: ignore[arg-type]
+        return length_of(self.batch_sampler)
 
     def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.skip_batches)  # type: ignore[arg-type]
+        return max(0, length_of(self.batch_sampler) - self.skip_batches)
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter_batches_from(self.batch_sampler, self.skip_batches)
@@ -414,10 +429,10 @@ class IterableDatasetShard(IterableDataset):
 
     @property
     def total_length(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return length_of(self.dataset)
 
     def __len__(self) -> int:
-        rounds = len(self.dataset) / self._real_batch_size  # type: ignore[arg-type]
+        rounds = length_of(self.dataset) / self._real_batch_size
         return (math.floor(rounds) if self.drop_last else math.ceil(rounds)) * self._process_batch_size
 
     def __iter__(self) -> Iterator[Any]:

@@ -47,7 +47,7 @@ def split_for_process(inputs: Any, num_processes: int, process_index: int, apply
         return share
     if isinstance(inputs, torch.Tensor):
         last = inputs[-1:]
-        return torch.cat([share, last.expand(missing, *last.shape[1:])], dim=0)
+        return torch.cat([inputs[start:end], last.expand(missing, *last.shape[1:])], dim=0)  # share, as a Tensor
     padding = [inputs[-1]] * missing
     if isinstance(share, tuple):
         return share + tuple(padding)

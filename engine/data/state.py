@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from engine.data.lookahead import as_saved
-from engine.data.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor
+from engine.data.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor, length_of
 from engine.data.workers import (
     DEFAULT_WORKER_TIMEOUT_S,
     LoaderWorkerTimeout,
@@ -134,7 +134,7 @@ class _IndexStream:
         self.control = control
 
     def __len__(self) -> int:
-        return len(self.source)  # type: ignore[arg-type]
+        return length_of(self.source)
 
     def __iter__(self) -> Iterator[Any]:
         # DataLoader may call iter() more than once per pass (the worker iterator does, in __init__ and in
@@ -220,7 +220,9 @@ class _PreparedLoader(DataLoader):
         self._worker_stacks = WorkerStacks()
         self._workers_iter: weakref.ReferenceType[Any] | None = None
         self._control = _StreamControl()
-        self._stream = _IndexStream(self.batch_sampler if self._auto_collation else self.sampler, self._control)
+        # torch's _index_sampler (its _auto_collation is `batch_sampler is not None`)
+        index_sampler = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        self._stream = _IndexStream(index_sampler, self._control)
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._pending = 0  # batches of the current epoch already consumed before a restore
         # A restored position is consumed once, by whichever comes first: the next pass over this loader, or a
@@ -339,7 +341,8 @@ class _PreparedLoader(DataLoader):
         size, split, procs = getattr(holder, "batch_size", None), getattr(holder, "split_batches", False), \
             getattr(holder, "num_processes", 1)
         if self._is_iterable and hasattr(self.dataset, "num_processes"):  # IterableDatasetShard
-            size, split, procs = self.dataset.batch_size, self.dataset.split_batches, self.dataset.num_processes
+            shard = self.dataset
+            size, split, procs = (getattr(shard, name) for name in ("batch_size", "split_batches", "num_processes"))
         if size is None:
             return None
         return size if split else size * procs
@@ -348,7 +351,7 @@ class _PreparedLoader(DataLoader):
     def total_dataset_length(self) -> int:
         """Samples in the whole dataset (all processes together)."""
         total = getattr(self.dataset, "total_length", None)
-        return int(total) if total is not None else len(self.dataset)
+        return int(total) if total is not None else length_of(self.dataset)
 
     def _padded_remainder(self) -> int:
         """Real samples in the last global batch (``-1`` when unknown or nothing is padded: drop_last)."""
@@ -539,6 +542,10 @@ class _PreparedLoader(DataLoader):
                 "multiprocessing_context": self.multiprocessing_context, "prefetch_factor": self.prefetch_factor,
                 "persistent_workers": self.persistent_workers, "pin_memory_device": self.pin_memory_device,
                 "in_order": self.in_order}
+
+    def _skipped(self, num_batches: int) -> _PreparedLoader:
+        """A view of this loader that starts ``num_batches`` batches later (``skip_first_batches``)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no skip view.")  # each subclass builds its own
 
     def _copy_state_to(self, other: _PreparedLoader, num_batches: int) -> None:
         """Make ``other`` (a view skipping ``num_batches`` more) continue this loader's epoch and random state."""

@@ -60,12 +60,10 @@ def release_memory(*objects: Any) -> list[None]:
     >>> (model, optimizer)
     (None, None)
     """
-    if not isinstance(objects, list):
-        objects = list(objects)  # type: ignore[assignment]
-    for i in range(len(objects)):
-        objects[i] = None  # type: ignore[index]
+    count = len(objects)
+    del objects  # this frame's reference to them: the objects the caller reassigns can be freed below
     clear_device_cache(garbage_collection=True)
-    return list(objects)  # type: ignore[arg-type]
+    return [None] * count
 
 
 def find_executable_batch_size(function: Callable[..., Any] | None = None, starting_batch_size: int = 128,
@@ -106,7 +104,7 @@ def find_executable_batch_size(function: Callable[..., Any] | None = None, start
             if batch_size <= 0:
                 raise RuntimeError(f"No executable batch size found for `{function.__name__}`: every size from "
                                    f"{starting_batch_size} down ran out of memory, reached {batch_size}.")
-            decorator.batch_size = batch_size  # type: ignore[attr-defined]
+            decorator.batch_size = batch_size  # type: ignore[attr-defined]  # Accelerate's attribute on the function
             try:
                 return function(batch_size, *args, **kwargs)
             except Exception as error:

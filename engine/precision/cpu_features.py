@@ -47,7 +47,7 @@ def bf16_slowdown_note(flags: frozenset[str] | None, override: str | None = None
     flags say (a CPU the flags misdescribe, or a test).
     """
     if override is not None and override.strip() != "":
-        native = override.strip().lower() in ("1", "true", "yes", "on")
+        native: bool | None = override.strip().lower() in ("1", "true", "yes", "on")
     else:
         native = native_bf16(flags)
     if native is not False:

@@ -205,7 +205,7 @@ def _plain_weight(module: torch.nn.Module, state_dict: dict[str, Any], prefix: s
     (``WeightWithDynamicFloat8CastTensor`` has no storage of its own, so files could not be written from it). The
     tensor shares the weight's memory, so loading into it in place loads the weight."""
     key = prefix + "weight"
-    value = state_dict.get(key)
+    value: Any = state_dict.get(key)
     local = getattr(value, "_local_tensor", value)  # an FSDP2 (DTensor) weight holds the wrapper as its shard
     inner = getattr(local, "_tensor", None)
     if inner is None:

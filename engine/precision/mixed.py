@@ -91,8 +91,8 @@ def wrap_forward(model: torch.nn.Module, device: torch.device, mixed_precision: 
         return
     if handler is not None and not handler.enabled:
         return
-    model._original_forward = model.forward  # type: ignore[assignment]
-    model.forward = AutocastForward(model.forward, device.type, dtype,  # type: ignore[method-assign]
+    model._original_forward = model.forward  # type: ignore[assignment]  # nn.Module's stub: Tensor | Module only
+    model.forward = AutocastForward(model.forward, device.type, dtype,
                                     handler.cache_enabled if handler is not None else None)
 
 
@@ -103,4 +103,4 @@ def unwrap_forward(model: torch.nn.Module) -> None:
         if getattr(original, "__self__", None) is model and "forward" in model.__dict__:
             del model.forward  # back to the class's method
         else:
-            model.forward = original  # type: ignore[method-assign]
+            model.forward = original

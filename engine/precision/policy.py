@@ -84,7 +84,8 @@ class Precision:
         """Accelerate's name of what the engine does with the forward pass (``"no"`` for full and true)."""
         if self.kind in ("full", "true"):
             return "no"
-        return "fp8" if self.kind == "fp8" else {torch.float16: "fp16", torch.bfloat16: "bf16"}[self.dtype]
+        names: dict[torch.dtype | None, str] = {torch.float16: "fp16", torch.bfloat16: "bf16"}  # a mixed kind's
+        return "fp8" if self.kind == "fp8" else names[self.dtype]
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:

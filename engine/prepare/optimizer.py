@@ -37,6 +37,11 @@ def clear_grads(optimizer: torch.optim.Optimizer, plain: bool) -> None:
         optimizer.zero_grad()
 
 
+def _set_step(optimizer: torch.optim.Optimizer, step: Callable[..., Any]) -> None:
+    """Give ``optimizer`` an instance ``step`` (``AcceleratedOptimizer.step`` sees the scaler skip a step so)."""
+    optimizer.step = step  # type: ignore[method-assign]  # shadows the method on this instance only, on purpose
+
+
 class OptimizerView(torch.optim.Optimizer):
     """A real ``torch.optim.Optimizer`` (``isinstance`` holds) whose state lives in ``self.optimizer``.
 
@@ -47,7 +52,7 @@ class OptimizerView(torch.optim.Optimizer):
     optimizer: torch.optim.Optimizer
 
     @property
-    def state(self) -> Any:  # type: ignore[override]
+    def state(self) -> Any:
         return self.optimizer.state
 
     @state.setter
@@ -55,7 +60,7 @@ class OptimizerView(torch.optim.Optimizer):
         self.optimizer.state = state
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -63,7 +68,7 @@ class OptimizerView(torch.optim.Optimizer):
         self.optimizer.param_groups = param_groups
 
     @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
         return self.optimizer.defaults
 
     @defaults.setter
@@ -73,10 +78,10 @@ class OptimizerView(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)
 
-    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state_dict)
 
 
@@ -93,6 +98,8 @@ class AcceleratedOptimizer(OptimizerView):
         scaler: the fp16 ``GradScaler``; with it, ``step_was_skipped`` tells whether the last step was skipped
             because of inf/nan gradients.
     """
+
+    _is_accelerate_prepared: bool  # Accelerate's mark, set by Accelerator.prepare (declared, not defaulted)
 
     def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
                  scaler: torch.amp.GradScaler | None = None, device: torch.device | None = None) -> None:
@@ -120,7 +127,7 @@ class AcceleratedOptimizer(OptimizerView):
             raise ValueError(f"`set_to_none={set_to_none}` was passed, but {type(self.optimizer).__name__}.zero_grad "
                              "does not accept it: call zero_grad() without arguments.")
 
-    def step(self, closure: Callable[[], float] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:
             return None
         if self.scaler is None:
@@ -135,13 +142,13 @@ class AcceleratedOptimizer(OptimizerView):
             ran = True
             return real_step(*args, **kwargs)
 
-        self.optimizer.step = tracking_step  # type: ignore[method-assign]
+        _set_step(self.optimizer, tracking_step)
         try:
             result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
             self.scaler.update()
         finally:
             if had_own_step:
-                self.optimizer.step = real_step  # type: ignore[method-assign]
+                _set_step(self.optimizer, real_step)
             else:
                 del self.optimizer.step
         self._is_overflow = not ran

@@ -12,7 +12,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from engine.config import DistributedDataParallelKwargs
-from engine.state import DistributedType, PartialState
+from engine.state import AcceleratorState, DistributedType, PartialState
 
 # Every DDP wrapper made here, so that destroying the process group can release their hold on it (wrap_ddp
 # registers `release_ddp_wrappers` with the state's teardown, which runs in `destroy_process_group`).
@@ -34,7 +34,8 @@ def release_ddp_wrappers() -> None:
     _DDP_WRAPPERS.clear()
 
 
-def wrap_ddp(model: torch.nn.Module, state: PartialState, handler: DistributedDataParallelKwargs | None) -> torch.nn.Module:
+def wrap_ddp(model: torch.nn.Module, state: PartialState | AcceleratorState,
+             handler: DistributedDataParallelKwargs | None) -> torch.nn.Module:
     """Wrap ``model`` in DDP (which also broadcasts rank 0's parameters and buffers to every rank)."""
     kwargs = handler.ddp_kwargs() if handler is not None else {}
     if state.distributed_type == DistributedType.MULTI_GPU:

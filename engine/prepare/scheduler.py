@@ -16,6 +16,8 @@ class AcceleratedScheduler:
     ``split_batches``), because each optimizer step consumed ``num_processes`` batches.
     """
 
+    _is_accelerate_prepared: bool  # Accelerate's mark, set by Accelerator.prepare (declared, not defaulted)
+
     def __init__(self, scheduler: Any, optimizers: AcceleratedOptimizer | list[AcceleratedOptimizer],
                  step_with_optimizer: bool = True, split_batches: bool = False) -> None:
         self.scheduler = scheduler

@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from trackers import (
@@ -98,12 +98,13 @@ class TrackerHub:
                 trackers.append(spec)  # a user-built instance is used as it is, like Accelerate does
                 continue
             kwargs = dict(init_kwargs.get(spec.name, {}))
+            build: Callable[..., GeneralTracker] = spec  # a subclass: it takes (run_name, [logging_dir], **kwargs)
             if spec.requires_logging_directory:
-                trackers.append(spec(project_name, self.logging_dir, **kwargs))
+                trackers.append(build(project_name, self.logging_dir, **kwargs))
             else:
                 if spec.accepts_logging_directory and self.logging_dir is not None:
                     kwargs.setdefault("logging_dir", self.logging_dir)
-                trackers.append(spec(project_name, **kwargs))
+                trackers.append(build(project_name, **kwargs))
         for tracker in trackers:
             if tracker.name in self._pending_states:
                 tracker.load_state_dict(self._pending_states.pop(tracker.name))

@@ -30,6 +30,7 @@ from engine.checkpoint.io import (
     CorruptCheckpointError,
     UnsafeCheckpointError,
     atomic_write,
+    byte_view,
     fsync_dir,
     save_torch,
 )
@@ -74,7 +75,7 @@ def _feed(hasher: Any, value: Any) -> None:
         flat = value.detach().cpu().contiguous().reshape(-1)
         hasher.update(f"T{value.dtype}{tuple(value.shape)};".encode())
         if flat.numel():
-            hasher.update(memoryview(flat.view(torch.uint8).numpy()))
+            hasher.update(byte_view(flat))
     elif isinstance(value, dict):
         hasher.update(f"D{len(value)};".encode())
         for key, item in value.items():

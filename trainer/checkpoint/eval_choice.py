@@ -70,6 +70,6 @@ def evaluation_resume(checkpointer: Checkpointer, fn: str, ckpt_path: str | os.P
     ckpt_path = evaluation_ckpt_path(fn, ckpt_path, given is not None, attached is not None)
     if ckpt_path == "best":
         # Lightning keeps its default ModelCheckpoint under fast_dev_run (it saves nothing there); Ember adds none.
-        fast_dev_run = bool(config.fast_dev_run) and config.enable_checkpointing
+        fast_dev_run = bool(config.fast_dev_run) and bool(config.enable_checkpointing)  # resolved: a bool
         check_best(fn, checkpointer.checkpoint_callbacks, fast_dev_run)
     return checkpointer.resolve(ckpt_path, fn, required=True, unpickle=weights_only is False)

@@ -142,8 +142,8 @@ def check_module(folder: str, module: torch.nn.Module, context: str, verb: str =
         CheckpointError: other names or shapes; the message names both classes and the differences.
         CorruptCheckpointError: the trainer entry fails its check.
     """
-    identity = read_identity(folder)
-    saved = (identity or {}).get("parameters")
+    identity = read_identity(folder) or {}
+    saved = identity.get("parameters")
     if saved is None:
         return
     current = module_signature(module)

@@ -61,7 +61,7 @@ def read_entry(path: str | os.PathLike[str], unpickle: bool) -> dict[str, Any] |
     return None
 
 
-def build(cls: type, encoded: dict[str, Any], overrides: dict[str, Any], unpickle: bool) -> Any:
+def build(cls: type[Any], encoded: dict[str, Any], overrides: dict[str, Any], unpickle: bool) -> Any:
     """``cls(**hyper-parameters)``, keeping only the arguments ``cls.__init__`` takes (all with ``**kwargs``)."""
     kwargs = decode_hparams(encoded, overrides, unpickle, cls.__name__)
     parameters = inspect.signature(cls.__init__).parameters

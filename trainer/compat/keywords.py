@@ -28,7 +28,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -97,7 +97,7 @@ def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run:
     ``fast_dev_run`` (which logs nothing), and on the other processes (trackers run on the main one only), one
     ``DummyLogger`` where there would have been loggers (given ones, or trackers asked for with ``log_with``), as
     Lightning's loggers do nothing off rank 0."""
-    views = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
+    views: list[Logger] = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
     if fast_dev_run:
         return [DummyLogger()] if loggers or trackers_asked else []
     if not views and trackers_asked and not main_process:
@@ -131,7 +131,7 @@ def accepts_model(method: F) -> F:
             kwargs["module"] = model
         return method(self, *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # method's signature, plus model= (functools.wraps keeps the rest)
 
 
 def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
@@ -153,7 +153,8 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     project_dir = _root_dir(config.default_root_dir, config.project_dir, unset)
     logger = False if config.barebones else config.logger
     if logger is None and config.log_with is unset and not isinstance(config.accelerator, (str, type(None))):
-        log_with, loggers = unset, []  # an Accelerator was given: the trackers set on it (its log_with) log
+        # An Accelerator was given: the trackers set on it (its log_with) log.
+        log_with, loggers = unset, list[Logger]()
     else:
         log_with, loggers = _loggers(logger, config.log_with, project_dir, unset)
     devices = parse_devices(config.devices, config.accelerator)

@@ -32,7 +32,7 @@ def load_hparams_from_yaml(config_yaml: str | os.PathLike[str], use_omegaconf: b
             from omegaconf import OmegaConf
         except ImportError:
             return hparams
-        return OmegaConf.create(hparams)  # type: ignore[return-value]
+        return OmegaConf.create(hparams)
     return hparams
 
 
@@ -47,7 +47,7 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike[str], hparams: Mapping[s
     if type(hparams).__module__.startswith("omegaconf"):
         from omegaconf import OmegaConf
 
-        hparams = OmegaConf.to_container(hparams, resolve=True)  # type: ignore[assignment]
+        hparams = OmegaConf.to_container(hparams, resolve=True)
     if not isinstance(hparams, Mapping):
         raise TypeError(f"save_hparams_to_yaml takes a dict or a Namespace. Received: {type(hparams).__name__}.")
     with open(config_yaml, "w", newline="") as f:

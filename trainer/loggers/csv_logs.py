@@ -31,8 +31,8 @@ class ExperimentWriter(CSVTracker):
         super().store_init_configuration(values)
         save_hparams_to_yaml(os.path.join(os.path.dirname(self.metrics_path), self.NAME_HPARAMS_FILE), values)
 
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        super().log(values, step, **kwargs)
+    def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False, **kwargs: Any) -> None:
+        super().log(values, step, new_row=new_row, **kwargs)
         self.metrics.append({**values, "step": step})
 
     # Lightning's ExperimentWriter API (CSVLogger.experiment).
@@ -83,7 +83,7 @@ class CSVLogger(VersionedLogger):
     def experiment(self) -> Any:
         """The ``ExperimentWriter`` (rank 0): Lightning's ``log_metrics`` / ``log_hparams`` / ``save`` /
         ``metrics_file_path``; a do-nothing object on other ranks."""
-        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank != 0:
             return DummyExperiment()
         return self._open()
 
@@ -94,10 +94,11 @@ class CSVLogger(VersionedLogger):
             self.save()
 
     def save(self) -> None:
-        if self._tracker is not None and self._tracker.tracker is not None:
-            self._tracker.save()  # type: ignore[attr-defined]
+        tracker = self._tracker  # built by _build_tracker: an ExperimentWriter
+        if isinstance(tracker, ExperimentWriter) and tracker.tracker is not None:
+            tracker.save()
 
-    def _build_tracker(self) -> CSVTracker:
+    def _build_tracker(self) -> ExperimentWriter:
         tracker = ExperimentWriter(self._name, self._save_dir)
         tracker.run_dir = self.log_dir  # the folder Lightning would use; start() creates it
         return tracker

@@ -73,7 +73,7 @@ class Logger:
         tracker = self.tracker
         if tracker.tracker is None:
             tracker.start()
-            tracker.opened_by_owner = True  # type: ignore[attr-defined]
+            tracker.opened_by_owner = True
         return tracker
 
     # -- Lightning's Logger API -------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ class Logger:
     @property
     def experiment(self) -> Any:
         """The backend's own object (a ``SummaryWriter``, a wandb run, ...) on rank 0; a do-nothing one elsewhere."""
-        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank != 0:
             return DummyExperiment()
         return self._open().tracker
 
@@ -119,7 +119,7 @@ class Logger:
         A nested dict is one group where the backend has groups (TensorBoard's ``add_scalars``, as Lightning's
         logger), else its names are joined as ``a/b``.
         """
-        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank != 0:
             return
         tracker, flat = self._open(), normalize_values(dict(metrics))
         tracker.log(group_values(metrics, flat) if tracker.accepts_grouped_values else flat, step=step)
@@ -127,7 +127,7 @@ class Logger:
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None, *args: Any,
                         **kwargs: Any) -> None:
         """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""
-        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank != 0:
             return
         self._open().store_init_configuration(convert_params(params))
 
@@ -295,7 +295,7 @@ class LoggerTracker(GeneralTracker):
     def __init__(self, logger: Logger) -> None:
         super().__init__()
         self.logger = logger
-        self.name = f"logger:{type(logger).__name__}:{id(logger)}"  # type: ignore[misc]  # one per logger object
+        self.name = f"logger:{type(logger).__name__}:{id(logger)}"  # one per logger object
 
     @property
     def tracker(self) -> Logger:

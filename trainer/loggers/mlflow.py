@@ -51,7 +51,10 @@ class MLFlowLogger(Logger):
 
     @property
     def tracker(self) -> MLflowTracker:
-        return super().tracker  # type: ignore[return-value]
+        tracker = super().tracker
+        if not isinstance(tracker, MLflowTracker):  # _build_tracker makes one: anything else is a bug
+            raise TypeError(f"MLFlowLogger's tracker is a {type(tracker).__name__}, not an MLflowTracker.")
+        return tracker
 
     @property
     def experiment(self) -> Any:
@@ -88,8 +91,8 @@ class MLFlowLogger(Logger):
         return self._tracking_uri[len("file:"):] if self._tracking_uri.startswith("file:") else None
 
     def finalize(self, status: str = "success") -> None:
-        tracker = self._tracker
-        if tracker is not None and tracker.tracker is not None:
+        tracker = self._tracker  # built by _build_tracker: an MLflowTracker (whose finish takes the status)
+        if isinstance(tracker, MLflowTracker) and tracker.tracker is not None:
             tracker.finish({"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}.get(status, status))
 
     def _build_tracker(self) -> MLflowTracker:

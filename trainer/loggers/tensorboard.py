@@ -49,10 +49,10 @@ class TensorBoardLogger(VersionedLogger):
         """The ``torch.utils.tensorboard.SummaryWriter`` (rank 0)."""
         return super().experiment
 
-    def log_hyperparams(self, params: Any, metrics: Mapping[str, Any] | None = None, *args: Any,
+    def log_hyperparams(self, params: Any = None, metrics: Mapping[str, Any] | None = None, *args: Any,
                         **kwargs: Any) -> None:
         """The configuration into the hparams plugin; ``metrics`` (or ``hp_metric=-1``) as its first values."""
-        if rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank != 0:
             return
         tracker = self._open()
         tracker.store_init_configuration(convert_params(params))  # with hp_metric = -1 (default_hp_metric)
@@ -61,7 +61,7 @@ class TensorBoardLogger(VersionedLogger):
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Add ``model``'s graph, traced on ``input_array`` (default ``model.example_input_array``)."""
-        if not self._log_graph or rank_zero_only.rank != 0:  # type: ignore[attr-defined]
+        if not self._log_graph or rank_zero_only.rank != 0:
             return
         if input_array is None:
             input_array = getattr(model, "example_input_array", None)

@@ -84,7 +84,7 @@ class WandbLogger(Logger):
     def watch(self, model: torch.nn.Module, log: str | None = "gradients", log_freq: int = 100,
               log_graph: bool = True) -> None:
         """``run.watch(model, ...)``: log gradients / parameters every ``log_freq`` steps."""
-        if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
+        if rank_zero_only.rank == 0:
             self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
     def _build_tracker(self) -> WandBTracker:

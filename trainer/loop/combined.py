@@ -135,8 +135,8 @@ class CombinedTrainData:
         else:
             steps = _max_size_cycle(iterators, self.loaders, self.lengths, start)
         for _ in range(remaining) if remaining is not None else iter(int, 1):
-            batches = next(steps, _END)
-            if batches is _END:
+            batches = next(steps, None)  # the steps yield lists: None is their end
+            if batches is None:
                 return
             yield unflatten(batches, shape)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Sized
+from typing import Any, cast
 
 from torch.utils.data import DataLoader, SequentialSampler
 
@@ -120,8 +121,10 @@ def without_shuffle(loader: DataLoader) -> DataLoader:
     # Lightning's text, then why.
     warnings.warn("You requested to overfit but enabled train dataloader shuffling. We are turning off the train "
                   "dataloader shuffling for you (overfit_batches: every epoch sees the same batches).", stacklevel=3)
-    extra = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=SequentialSampler(loader.dataset),
+    extra: dict[str, Any] = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
+    # A map-style dataset (the loader samples it): it has a length, which torch's Dataset type does not declare.
+    dataset = cast(Sized, loader.dataset)
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=SequentialSampler(dataset),
                       num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
                       drop_last=loader.drop_last, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                       multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
@@ -140,9 +143,9 @@ def check_not_empty(loader: Any, prepared: Any, num_processes: int) -> None:
     """
     if loader_length(prepared) != 0:
         return
-    dataset = getattr(loader, "dataset", None)
+    dataset: Any = getattr(loader, "dataset", None)  # anything: len() may raise TypeError, answered below
     try:
-        samples = f"{len(dataset)} samples"  # type: ignore[arg-type]
+        samples = f"{len(dataset)} samples"
     except TypeError:
         samples = "an unknown number of samples"
     where = f" on each of {num_processes} processes" if num_processes > 1 else ""

@@ -64,7 +64,8 @@ class HookTable:
                 if self._module[name] is not None:
                     action = f"[TrainModule]{type(module).__name__}.{name}"
                     self._module[name] = profiler.wrap(action, self._module[name])
-            self.overriders[name] = self._callbacks[name] + ((self._module[name],) if self._module[name] else ())
+            module_hook = self._module[name]
+            self.overriders[name] = self._callbacks[name] + ((module_hook,) if module_hook else ())
 
     def call(self, name: str, *args: Any) -> Any:
         """Callbacks, then the module; returns what the module's hook returned (``None`` if not overridden)."""

@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import torch
 from torch.utils.data import DataLoader
@@ -48,6 +48,19 @@ from trainer.utilities.tree import Shape, unflatten
 _STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
 
+
+
+class ResumableLoader(Protocol):
+    """A loader that tells and takes its position (the engine's prepared loaders, ``StatefulDataLoader``)."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def _resumable(loader: object) -> TypeGuard[ResumableLoader]:
+    """Whether ``loader`` has a ``state_dict`` (the engine's loaders also load one)."""
+    return callable(getattr(loader, "state_dict", None))
 
 class RunPlan:
     """The prepared objects of the trainer's runs, and the cadence read off them.
@@ -149,7 +162,7 @@ class RunPlan:
                                  "strategy='ddp' / 'fsdp'.")
             self._configure_model(module)
             optimizers, configs = self._optimizers_of(module, manual)
-            backend.configure_training(accumulation_steps=config.accumulate_grad_batches,
+            backend.configure_training(accumulation_steps=config.accumulation,
                                        micro_batch_size=getattr(self.first_train_loader, "batch_size", None),
                                        clip_value=config.gradient_clip_val,
                                        clip_algorithm=config.gradient_clip_algorithm or "norm")
@@ -159,8 +172,8 @@ class RunPlan:
         else:
             self.prepare_model(module, training=True, precision=config.resolved_precision)
             optimizers, configs = self._optimizers_of(module, manual)
-            prepared = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
-            prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
+            result = self.accelerator.prepare(*optimizers, *(c.scheduler for c in configs)) if optimizers else ()
+            prepared = list(result) if isinstance(result, tuple) else [result]
         self.optimizers = prepared[:len(optimizers)]
         self.prepared += [f"{len(optimizers)} optimizer(s)", f"{len(configs)} scheduler(s)"]
         self.scheduler_configs = configs  # the user's schedulers: stepped once per step on every process
@@ -204,7 +217,7 @@ class RunPlan:
         self.prepared.append("train loader")
         self.combined = None
         check_not_empty(loader, self.train_loader, self.accelerator.num_processes)
-        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit_train_batches,
+        self.num_training_batches = limit_batches(loader_length(self.train_loader), config.limit("train"),
                                                   "limit_train_batches")
 
     def _set_combined_train(self, config: TrainerConfig, combined: CombinedLoader) -> None:
@@ -213,7 +226,7 @@ class RunPlan:
         self.first_train_loader = combined.flattened[0] if combined.flattened else None
         self.train_loader, self.num_training_batches = prepare_combined(
             combined, lambda loader: self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index)),
-            config.overfit_batches, config.limit_train_batches)
+            config.overfit_batches, config.limit("train"))
         self.prepared += ["train loader"] * len(combined.flattened)
         check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
 
@@ -258,16 +271,16 @@ class RunPlan:
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
         self.val_loaders = [self._prepare_loader(loader) for loader in val]
         self.prepared += ["val loader"] * len(val)
-        self.num_val_batches = [limit_batches(loader_length(v), config.limit_val_batches, "limit_val_batches")
+        self.num_val_batches = [limit_batches(loader_length(v), config.limit("val"), "limit_val_batches")
                                 for v in self.val_loaders]
-        sanity = config.num_sanity_val_steps
+        sanity = config.num_sanity_val_steps or 0  # resolved to an int (0, -1: all, or a count): `or` only types it
         self.num_sanity_val_batches = [n if sanity == -1 else (sanity if n is None else min(sanity, n))
                                        for n in self.num_val_batches]
         self.val_every = None
         self.val_seconds = checks.val_check_seconds(config.val_check_interval)
         if not self.val_loaders or self.val_seconds is not None:
             return
-        n_train, interval = self.num_training_batches, config.val_check_interval
+        n_train, interval = self.num_training_batches, config.val_interval
         if checks.is_int(interval):
             if config.check_val_every_n_epoch is not None and n_train is not None and interval > n_train:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is larger than the {n_train} training "
@@ -300,7 +313,7 @@ class RunPlan:
         if kind == "validate":
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches
-        limit = config.limit_test_batches if kind == "test" else config.limit_predict_batches
+        limit = config.limit(kind)  # "test" or "predict"
         prepared = [self._prepare_loader(loader) for loader in loaders]
         self.prepared += [f"{kind} loader"] * len(loaders)
         counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
@@ -393,7 +406,7 @@ class RunPlan:
         per_epoch, epochs, max_steps = self.num_training_batches, config.max_epochs, config.max_steps
         if per_epoch is None or epochs is None:
             return max_steps if max_steps is not None else float("inf")
-        steps = -(-per_epoch // config.accumulate_grad_batches) * epochs
+        steps = -(-per_epoch // config.accumulation) * epochs
         return min(steps, max_steps) if max_steps is not None else steps
 
     def line_up_loaders(self, state: TrainState) -> None:
@@ -408,19 +421,19 @@ class RunPlan:
         if isinstance(loader, CombinedTrainData):
             loader.line_up(state.batch_in_epoch, count)
             loader = None
-        position = loader.state_dict() if callable(getattr(loader, "state_dict", None)) else None
-        if position is not None and position["batches_yielded"] > 0:
+        position = loader.state_dict() if _resumable(loader) else None
+        if _resumable(loader) and position is not None and position["batches_yielded"] > 0:
             done = position["iteration"] < state.epoch or (count is not None and state.batch_in_epoch >= count)
             length = loader_length(loader)  # an unsized loader always ran to its end: nothing to finish
             if done and length is not None:
-                loader.load_state_dict({**position, "batches_yielded": length})  # type: ignore[union-attr]
-                for _ in loader:  # type: ignore[union-attr]
+                loader.load_state_dict({**position, "batches_yielded": length})
+                for _ in loader:
                     raise AssertionError("a loader restored at its end yielded a batch")
         for val_loader in self.val_loaders:
-            if callable(getattr(val_loader, "state_dict", None)):
-                position = val_loader.state_dict()  # type: ignore[attr-defined]
+            if _resumable(val_loader):
+                position = val_loader.state_dict()
                 if position["batches_yielded"]:
-                    val_loader.load_state_dict({**position, "batches_yielded": 0})  # type: ignore[attr-defined]
+                    val_loader.load_state_dict({**position, "batches_yielded": 0})
 
     def train_batches(self, start: int) -> Iterator[tuple[int, Any]]:
         """``(batch_idx, batch)`` of this epoch's training batches from ``start`` (see ``batches``), through the

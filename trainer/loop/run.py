@@ -38,8 +38,8 @@ def lend_logging(module: TrainModule, callbacks: list[Callback]) -> TrainModule:
     """As Lightning at the start of each run: every callback gets the module's ``log`` / ``log_dict``, so a
     callback's hook can call ``self.log("name", value)``. Returns ``module``."""
     for callback in callbacks:
-        callback.log = module.log  # type: ignore[attr-defined]
-        callback.log_dict = module.log_dict  # type: ignore[attr-defined]
+        callback.log = module.log
+        callback.log_dict = module.log_dict
     return module
 
 

@@ -189,10 +189,10 @@ class MetricLogger:
         key = name + self.dataloader_suffix if add_dataloader_idx else name
         # A lambda written inline is a new object at every call; its code object identifies it.
         reduce_key = reduce_fx if type(reduce_fx) is str else getattr(reduce_fx, "__code__", reduce_fx)
-        options = (prog_bar, logger, on_step, on_epoch, reduce_key, sync_dist)
+        record_options = (prog_bar, logger, on_step, on_epoch, reduce_key, sync_dist)
         record = self._records.get(key)
-        if record is None or record.options != options:
-            record = self._register(key, options, reduce_fx)
+        if record is None or record.options != record_options:
+            record = self._register(key, record_options, reduce_fx)
         if type(value) is not torch.Tensor and is_torchmetric(value):
             self._log_metric_object(record, value, enable_graph)
             return

@@ -88,7 +88,8 @@ class Profiler:
             finally:
                 stop(action_name)
 
-        profiled.func = getattr(fn, "func", fn)  # type: ignore[attr-defined]  # a partial's target stays visible
+        # A partial's target stays visible through the wrapper.
+        profiled.func = getattr(fn, "func", fn)  # type: ignore[attr-defined]  # an attribute on a function
         return profiled
 
     def iterate(self, action_name: str, iterable: Iterable[T]) -> Iterator[T]:

@@ -107,5 +107,5 @@ def with_compiled_names(module: torch.nn.Module, state: Mapping[str, Any]) -> Ma
     renamed: dict[str, Any] = OrderedDict((actual.get(plain_name(key), key), value) for key, value in state.items())
     metadata = getattr(state, "_metadata", None)
     if metadata is not None:
-        renamed._metadata = metadata  # type: ignore[attr-defined]
+        renamed._metadata = metadata  # type: ignore[attr-defined]  # torch's state-dict convention, undeclared
     return renamed

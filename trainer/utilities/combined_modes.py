@@ -26,7 +26,10 @@ def sized_len(iterable: Any) -> int | float:
 class ModeIterator(Iterator[Item]):
     """What the modes share: the iterables, their iterators, the running batch index and the limits."""
 
-    combine = staticmethod(max)  # how the iterables' lengths make the combined length
+    @staticmethod
+    def combine(lengths: list[int | float]) -> int | float:
+        """How the iterables' lengths (none empty) make the combined length: the longest."""
+        return max(lengths)
 
     def __init__(self, iterables: list[Iterable[Any]], limits: list[int | float] | None = None) -> None:
         if limits is not None and len(limits) != len(iterables):
@@ -62,7 +65,7 @@ class ModeIterator(Iterator[Item]):
                             "decides it. Set limits, or use min_size with a sized iterable.")
         return int(total)
 
-    def _step(self) -> Item:
+    def _step(self) -> tuple[int, int]:
         item = (self.index, 0)
         self.index += 1
         return item
@@ -75,7 +78,10 @@ class ModeIterator(Iterator[Item]):
 class MinSize(ModeIterator):
     """One batch of every iterable per step; ends with the shortest."""
 
-    combine = staticmethod(min)
+    @staticmethod
+    def combine(lengths: list[int | float]) -> int | float:
+        """The shortest."""
+        return min(lengths)
 
     def __next__(self) -> Item:
         batches = [next(iterator) for iterator in self.iterators]
@@ -120,7 +126,10 @@ class Sequential(ModeIterator):
     """Every batch of the first iterable, then of the second, ...: ``batch_idx`` restarts at 0 for each and
     ``dataloader_idx`` says which one. Only one iterator is open at a time (one set of worker processes)."""
 
-    combine = staticmethod(sum)
+    @staticmethod
+    def combine(lengths: list[int | float]) -> int | float:
+        """All of them, one after the other."""
+        return sum(lengths)
 
     def start(self) -> Sequential:
         self.current = 0

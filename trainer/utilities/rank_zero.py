@@ -13,9 +13,10 @@ import os
 import warnings
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 log = logging.getLogger("trainer")
 
@@ -31,29 +32,38 @@ def _rank_from_environment() -> int:
     return 0
 
 
-def rank_zero_only(fn: Callable[..., T], default: T | None = None) -> Callable[..., T | None]:
-    """Decorate ``fn`` so that it runs on global rank 0 only; other ranks get ``default``.
+class _RankZeroOnly:
+    """The ``rank_zero_only`` decorator, holding the global ``rank`` it compares with (Lightning keeps it as an
+    attribute of its function; an object gives the attribute a declared type)."""
 
-    Example:
-        >>> @rank_zero_only
-        ... def hello() -> str:
-        ...     return "from rank 0"
-        >>> hello() if rank_zero_only.rank == 0 else "from rank 0"
-        'from rank 0'
-    """
+    rank: int | None
 
-    @wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> T | None:
-        rank = getattr(rank_zero_only, "rank", None)
-        if rank is None:
-            raise RuntimeError("rank_zero_only.rank is not set: set `rank_zero_only.rank = <global rank>` first "
-                               "(the Trainer does it when a run starts).")
-        return fn(*args, **kwargs) if rank == 0 else default
+    def __init__(self) -> None:
+        self.rank = _rank_from_environment()
 
-    return wrapped
+    def __call__(self, fn: Callable[P, T], default: T | None = None) -> Callable[P, T | None]:
+        """Decorate ``fn`` so that it runs on global rank 0 only; other ranks get ``default``.
+
+        Example:
+            >>> @rank_zero_only
+            ... def hello() -> str:
+            ...     return "from rank 0"
+            >>> hello() if rank_zero_only.rank == 0 else "from rank 0"
+            'from rank 0'
+        """
+
+        @wraps(fn)
+        def wrapped(*args: P.args, **kwargs: P.kwargs) -> T | None:
+            rank = getattr(self, "rank", None)
+            if rank is None:
+                raise RuntimeError("rank_zero_only.rank is not set: set `rank_zero_only.rank = <global rank>` first "
+                                   "(the Trainer does it when a run starts).")
+            return fn(*args, **kwargs) if rank == 0 else default
+
+        return wrapped
 
 
-rank_zero_only.rank = _rank_from_environment()  # type: ignore[attr-defined]
+rank_zero_only = _RankZeroOnly()
 
 
 @rank_zero_only

@@ -63,7 +63,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         raise ValueError(f"seed_everything({seed}) is out of bounds: numpy accepts seeds from {MIN_SEED_VALUE} to "
                          f"{MAX_SEED_VALUE}.")
     if verbose:
-        log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))  # type: ignore[attr-defined]
+        log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))
     os.environ["PL_GLOBAL_SEED"] = str(seed)
     random.seed(seed)
     np.random.seed(seed)
@@ -91,7 +91,10 @@ def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     The same derivation as Lightning's ``pl_worker_init_function``: two workers, or the same worker on two
     ranks, never share a stream, and a seed gives the same streams as in Lightning.
     """
-    global_rank = rank if rank is not None else rank_zero_only.rank  # type: ignore[attr-defined]
+    global_rank = rank if rank is not None else rank_zero_only.rank
+    if global_rank is None:
+        raise RuntimeError("worker_init_function needs the global rank: pass rank=, or set rank_zero_only.rank "
+                           "(the Trainer sets it when a run starts).")
     # torch seeds worker i with base_seed + i: back out the base so all its bits are used.
     base_seed = torch.initial_seed() - worker_id
     seeds = _seed_sequence(base_seed, worker_id, global_rank, count=4)
