@@ -11,7 +11,10 @@ The pairs, per backend:
 
 - ``ddp``: Ember vs Accelerate, vs raw ``DistributedDataParallel``;
 - ``fsdp2``: Ember vs raw ``fully_shard`` (Accelerate 1.15 drops its FSDP plugin on a CPU);
-- ``zero1`` / ``zero2`` / ``zero3``: Ember vs Accelerate, vs raw ``deepspeed.initialize``.
+- ``zero1`` / ``zero2`` / ``zero3``: Ember vs Accelerate, vs raw ``deepspeed.initialize``;
+- ``trainer-ddp`` / ``trainer-tp``: Ember's ``Trainer`` vs Lightning's (``strategy="ddp"``;
+  ``ModelParallelStrategy(tensor_parallel_size=2)``), the same module by import swap, each batch timed by a
+  callback (``benchmarks/trainer_step.py``; the anchor Python needs ``lightning==2.6.6`` too).
 
 Rounds are interleaved (each round runs every API of every backend, the order alternating), so a slower or
 faster stretch of the machine falls on both sides. Printed: per backend and anchor, Ember's and the anchor's
@@ -42,7 +45,10 @@ WORKER = ROOT / "benchmarks" / "backend_step.py"
 # Accelerate 1.15 runs no FSDP on a CPU (cpu=True gives MULTI_CPU: the plugin is dropped), so FSDP2's anchor here
 # is torch's own fully_shard.
 PAIRS = {"ddp": ("accelerate", "torch"), "fsdp2": ("torch",), "zero1": ("accelerate", "deepspeed"),
-         "zero2": ("accelerate", "deepspeed"), "zero3": ("accelerate", "deepspeed")}
+         "zero2": ("accelerate", "deepspeed"), "zero3": ("accelerate", "deepspeed"),
+         # The Trainers (benchmarks/trainer_step.py): the same module by import swap.
+         "trainer-ddp": ("lightning",), "trainer-tp": ("lightning",)}
+TRAINER_WORKER = ROOT / "benchmarks" / "trainer_step.py"
 
 
 def free_port() -> int:
@@ -60,9 +66,14 @@ def run_once(api: str, backend: str, anchor_python: str, folder: str, args: argp
     if api == "engine":
         env["PYTHONPATH"] = str(ROOT)
     command = [python, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-               "--master-port", str(free_port()), str(WORKER), "--api", api, "--backend", backend, "--out", out,
-               "--warmup", str(args.warmup), "--steps", str(args.steps)]
-    if api in ("engine", "accelerate") and backend != "ddp":
+               "--master-port", str(free_port())]
+    if backend.startswith("trainer-"):
+        command += [str(TRAINER_WORKER), "--framework", "ember" if api == "engine" else api,
+                    "--backend", backend.removeprefix("trainer-")]
+    else:
+        command += [str(WORKER), "--api", api, "--backend", backend]
+    command += ["--out", out, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    if api in ("engine", "accelerate") and backend in ("fsdp2", "zero1", "zero2", "zero3"):
         command += ["--save-rounds", str(args.save_rounds)]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900, check=False)
     if result.returncode != 0:
@@ -117,7 +128,7 @@ def main() -> None:
             median, a_low, a_high = summary(theirs, "ms")
             print(f"| {backend} | {anchor} | {mine:.1f} [{low:.1f}-{high:.1f}] | {median:.1f} [{a_low:.1f}-"
                   f"{a_high:.1f}] | {median / mine:.2f} | {collectives(ours[0])} | {collectives(theirs[0])} | "
-                  f"{ours[0]['ops_per_step']:g} / {theirs[0]['ops_per_step']:g} | "
+                  f"{ours[0]['ops_per_step'] or '-'} / {theirs[0]['ops_per_step'] or '-'} | "
                   f"{ours[0]['last_loss'] == theirs[0]['last_loss']} |")
     if args.save_rounds:
         print("\n| backend | save_state Ember ms | Accelerate ms | ratio | load_state Ember ms | Accelerate ms | "
