@@ -121,9 +121,10 @@ def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_w
     target = stacks.start_pass(persistent=False, num_workers=1, forked=False)
     assert target.directory is not None and not target.descriptors
     code = ("import sys, threading; from engine.data.workers import StackTarget, register_stack_dump\n"
-            "def waiting_for_ever(): threading.Event().wait()\n"
+            # 'ready' from inside the frame the stack must show: the parent may dump as soon as it reads it.
+            "def waiting_for_ever(): print('ready', flush=True); threading.Event().wait()\n"
             "keep = register_stack_dump(StackTarget(directory=sys.argv[1]), 0)\n"
-            "print('ready', flush=True)\nwaiting_for_ever()\n")
+            "waiting_for_ever()\n")
     worker = subprocess.Popen([sys.executable, "-c", code, target.directory], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": ROOT})
     try:
