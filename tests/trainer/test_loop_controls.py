@@ -166,6 +166,23 @@ def test_overfit_batches_repeats_the_same_unshuffled_batches() -> None:
     assert module.train_seen == [[0, 1, 2, 3]]
 
 
+class IndexStream(IterableDataset):
+    """(index, feature) pairs 0..7 in order: an iterable training set has no sampler to replace."""
+
+    def __iter__(self) -> Any:
+        for index in range(8):
+            yield torch.tensor(index), torch.tensor([float(index)])
+
+
+def test_overfit_batches_keeps_an_iterable_datasets_order_with_lightnings_warning() -> None:
+    # Lightning 2.6.6 (observed): the same warning, then the first batches of the stream every epoch; torch
+    # refuses a sampler for an IterableDataset, so replacing it failed before.
+    module = SeenIndices()
+    with pytest.warns(UserWarning, match="You requested to overfit but enabled train dataloader shuffling"):
+        fit(module, DataLoader(IndexStream(), batch_size=2), indexed(20, 4), max_epochs=2, overfit_batches=2)
+    assert module.train_seen == [[0, 1], [2, 3]] * 2
+
+
 def test_the_last_batch_of_a_limited_epoch_steps_with_accumulation() -> None:
     trainer = fit(Regressor(), data(n=32), max_epochs=2, accumulate_grad_batches=3, limit_train_batches=4)
     assert trainer.global_step == 4  # per epoch: after batch 3, then the short window of batch 4

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Sized
 from typing import Any, cast
 
-from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
@@ -121,6 +121,10 @@ def without_shuffle(loader: DataLoader) -> DataLoader:
     # Lightning's text, then why.
     warnings.warn("You requested to overfit but enabled train dataloader shuffling. We are turning off the train "
                   "dataloader shuffling for you (overfit_batches: every epoch sees the same batches).", stacklevel=3)
+    if isinstance(loader.dataset, IterableDataset):
+        # No sampler to replace (torch refuses one): the dataset's own order is kept, as Lightning keeps it (it
+        # warns the same words; observed with 2.6.6).
+        return loader
     extra: dict[str, Any] = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
     # A map-style dataset (the loader samples it): it has a length, which torch's Dataset type does not declare.
     dataset = cast(Sized, loader.dataset)
