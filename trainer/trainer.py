@@ -313,8 +313,9 @@ class Trainer:
             if self.loss_check.active:
                 self.loss_check.record_output(outputs, batch_idx)
             return outputs, None
-        # The trainer alone decides the accumulation window and tells the engine whether this batch syncs.
-        k = self.config.accumulation
+        # The trainer alone decides the accumulation window and tells the engine whether this batch syncs (the
+        # field, resolved to an int >= 1, read plainly: this runs every step).
+        k = self.config.accumulate_grad_batches or 1
         # With several training loaders the engine's end-of-loader flag is some loader's, not the epoch's end.
         sync = k == 1 or plan.syncs(batch_idx, k) or (plan.combined is None and
                                                       self.accelerator.gradient_state.end_of_dataloader)
@@ -344,7 +345,7 @@ class Trainer:
         ``backward``, all given the loss divided by the accumulation window (as Lightning)."""
         hooks = self._hooks
         assert hooks is not None
-        k = self.config.accumulation
+        k = self.config.accumulate_grad_batches or 1
         if k > 1 and not self.accelerator.backend.scales_loss:  # DeepSpeed's engine divides by its window itself
             loss = loss / k
         for hook in hooks.overriders["on_before_backward"]:
