@@ -10,6 +10,10 @@ layers column- then row-wise in ``configure_model``). The model and step are ``b
 x ``Linear(--width, --width)``, AdamW, fp32, ``loss = out.square().mean()``; a callback times each training batch
 (``on_train_batch_start`` to ``on_train_batch_end``) after ``--warmup`` batches and counts the collectives in the
 timed ones (``backend_step.count_collectives``). Rank 0 writes them to ``--out``.
+
+The losses differ from Lightning's by design, not by arithmetic: Lightning puts a shuffling ``DistributedSampler``
+on every training loader, Ember splits the loader's own order (the porting page's deliberate difference), so
+the two Trainers train on other batches; the time and collectives per step are what compare.
 """
 
 from __future__ import annotations
