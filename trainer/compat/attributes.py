@@ -16,6 +16,7 @@ from callbacks import EarlyStopping, ProgressBar
 from trainer import args as checks
 from trainer.compat import devices
 from trainer.compat.keywords import log_dir, logger_views
+from trainer.compat.loop_views import EvaluationLoopView, FitLoopView
 from trainer.metrics.logger import to_python
 from trainer.states import TrainerFn, TrainerStatus
 
@@ -214,6 +215,11 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "ckpt_path": PartField("checkpointer", "ckpt_path"),  # what the last fit / validate / ... loaded, or None
     "interrupted": Computed(lambda t: t.state.status == TrainerStatus.INTERRUPTED),
     "received_sigterm": Computed(lambda t: t.stop.preemption.received is not None),
+    # Lightning's loop objects, as read-only views over the state above (trainer.compat.loop_views).
+    "fit_loop": Computed(FitLoopView),
+    "validate_loop": Computed(lambda t: EvaluationLoopView(t, "validate")),
+    "test_loop": Computed(lambda t: EvaluationLoopView(t, "test")),
+    "predict_loop": Computed(lambda t: EvaluationLoopView(t, "predict")),
 }
 
 T = TypeVar("T", bound=type)
