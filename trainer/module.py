@@ -273,9 +273,13 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         return recursively_apply(stack, data)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
+        """``print`` on the main process only, through the progress bar while one is enabled (so a bar being
+        drawn is not broken), as in Lightning."""
         trainer = self._attached_trainer()
-        if trainer is None or trainer.accelerator.is_main_process:
+        bar = getattr(trainer, "progress_bar_callback", None) if trainer is not None else None
+        if bar is not None and bar.is_enabled and trainer.accelerator.is_main_process:
+            bar.print(*args, **kwargs)
+        elif trainer is None or trainer.accelerator.is_main_process:
             print(*args, **kwargs)
 
     # -- optimisation -----------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
 # Lightning submodule -> Ember submodule of the mapped package, where the names differ.
 SUBMODULES = {"model_checkpoint": "checkpoint", "stochastic_weight_avg": "weight_averaging",
               "gradient_accumulation_scheduler": "accumulation", "throughput_monitor": "throughput",
-              "progress.tqdm_progress": "progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
+              "progress.tqdm_progress": "tqdm_progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
               "tuning": "tuner", "device_stats_monitor": "device_stats"}
 # Packages whose public submodules resolve through the package itself.
 PUBLIC_PACKAGES = ("lightning.pytorch.callbacks", "lightning.pytorch.loggers", "lightning.pytorch.profilers",
