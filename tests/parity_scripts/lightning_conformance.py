@@ -81,6 +81,10 @@ INTERNAL_TRAINER_ATTRIBUTES = {"precision_plugin", "checkpoint_io", "profiler_co
 # Fixtures of Lightning's conftest that mock its accelerator registry.
 INTERNAL_FIXTURES = {"cuda_count_0", "cuda_count_1", "cuda_count_2", "cuda_count_4", "mps_count_0", "mps_count_1",
                      "xla_available", "tpu_available"}
+# Fixtures of Lightning's loggers/conftest.py: each mocks a logger package by setting Lightning's private
+# availability flag (e.g. lightning.pytorch.loggers.wandb._WANDB_AVAILABLE).
+PRIVATE_FLAG_FIXTURES = {"mlflow_mock": "_MLFLOW_AVAILABLE", "wandb_mock": "_WANDB_AVAILABLE",
+                         "comet_mock": "_COMET_AVAILABLE", "litlogger_mock": "_LITLOGGER_AVAILABLE"}
 # An error that says the test needs a device this machine lacks (Lightning passed it by mocking the device).
 DEVICE_ONLY = re.compile(r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
                          r"MPS (?:backend )?(?:is )?not available|XLA|TPU")
@@ -104,6 +108,8 @@ def classify(entry: dict) -> tuple[str, str]:
     match = re.search(r"fixture '(\w+)' not found", text)
     if match and match.group(1) in INTERNAL_FIXTURES:
         return "excluded", f"device-registry fixture: {match.group(1)}"
+    if match and match.group(1) in PRIVATE_FLAG_FIXTURES:
+        return "excluded", f"private name: {PRIVATE_FLAG_FIXTURES[match.group(1)]} (fixture {match.group(1)})"
     match = re.search(r"(?:has no attribute|does not have the attribute) '(_\w+)'", text)
     if match:
         return "excluded", f"private name: {match.group(1)}"

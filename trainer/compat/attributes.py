@@ -17,6 +17,7 @@ from trainer import args as checks
 from trainer.compat import devices
 from trainer.compat.keywords import log_dir, logger_views
 from trainer.compat.loop_views import EvaluationLoopView, FitLoopView
+from trainer.compat.pickling import reduce_trainer
 from trainer.metrics.logger import to_python
 from trainer.states import TrainerFn, TrainerStatus
 
@@ -227,7 +228,8 @@ T = TypeVar("T", bound=type)
 
 def with_lightning_attributes(cls: T) -> T:
     """Class decorator: every ``LIGHTNING_ATTRIBUTES`` name as a descriptor of ``cls`` (refusing a clash with a
-    name ``cls`` defines itself)."""
+    name ``cls`` defines itself), and Lightning's pickling (``trainer.compat.pickling``)."""
+    cls.__reduce__ = reduce_trainer  # type: ignore[assignment]
     for name, view in LIGHTNING_ATTRIBUTES.items():
         if name in vars(cls):
             raise TypeError(f"{cls.__name__}.{name} is defined by the class and in LIGHTNING_ATTRIBUTES: keep one.")
