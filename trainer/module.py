@@ -137,6 +137,13 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the module's first floating-point parameter or buffer (torch's default dtype without one),
+        as Lightning's ``LightningModule.dtype``: e.g. to build tensors in a step that match the weights."""
+        tensors = (t for source in (self.parameters(), self.buffers()) for t in source if t.is_floating_point())
+        return next((t.dtype for t in tensors), torch.get_default_dtype())
+
+    @property
     def global_rank(self) -> int:
         """This process's rank among all processes (0 without a trainer)."""
         trainer = self._attached_trainer()
