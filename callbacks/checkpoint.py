@@ -459,7 +459,9 @@ class ModelCheckpoint(Callback):
                                   and self._last_checkpoint_saved != last_path else "")
         self._last_checkpoint_saved = ranked_path or (link_to if self.save_last == "link" else "") or last_path
         removable = sorted((kept_before - self._kept()) | set(self._pending_removal))
-        self._pending_removal = [p for p in removable if p not in (ranked_path, last_path)]
+        # Never a checkpoint outside this callback's folder (as Lightning): after a resume with another dirpath the
+        # restored last_model_path names the earlier run's file, which that run still owns.
+        self._pending_removal = [p for p in removable if p not in (ranked_path, last_path) and self._owns(p)]
         asynchronous = self.async_save and not sync
         try:  # each checkpoint holds this bookkeeping, itself included
             for path in (ranked_path, last_path):
@@ -492,6 +494,13 @@ class ModelCheckpoint(Callback):
             what = f"{self.monitor!r} reached {score:.5f}, " if score is not None else ""
             log.info(f"Epoch {epoch:d}, global step {step:d}: {what}saving model to {path!r}"
                      f"{' (written in the background)' if asynchronous else ''}")
+
+    def _owns(self, path: str) -> bool:
+        """Whether ``path`` lies inside this callback's ``dirpath`` (only such checkpoints are ever deleted)."""
+        if not self.dirpath:
+            return True
+        folder = os.path.abspath(self.dirpath)
+        return os.path.commonpath([folder, os.path.abspath(path)]) == folder
 
     def finish_pending(self, trainer: TrainerView) -> None:
         """Wait for this callback's asynchronous save in flight, then delete the checkpoints it replaced.

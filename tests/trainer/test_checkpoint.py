@@ -166,3 +166,17 @@ def test_save_last_link_needs_a_local_dirpath() -> None:
     callback = ModelCheckpoint(dirpath="memory://not-a-filesystem-path", save_last="link")
     with pytest.raises(ValueError, match="save_last='link'.* is only supported for local file paths"):
         callback.setup(trainer=Trainer(**QUIET), pl_module=Regressor(), stage="fit")
+
+
+def test_a_resume_into_another_dirpath_never_deletes_the_earlier_runs_checkpoints(tmp_path: Any) -> None:
+    """As Lightning: the restored last_model_path names the earlier folder's last.ckpt; it stays."""
+    old, new = tmp_path / "checkpoints", tmp_path / "new"
+    options = {"save_last": True, "save_top_k": -1, "every_n_train_steps": 2, "filename": "{step}"}
+    Trainer(**{**QUIET, "max_epochs": 1, "callbacks": [ModelCheckpoint(dirpath=old, **options)]}).fit(
+        Regressor(), data())
+    assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        Trainer(**{**QUIET, "max_epochs": 2, "callbacks": [ModelCheckpoint(dirpath=new, **options)]}).fit(
+            Regressor(), data(), ckpt_path=str(old / "step=2.ckpt"))
+    assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
+    assert {"last.ckpt", "step=8.ckpt"} <= set(os.listdir(new))
