@@ -102,6 +102,9 @@ def classify(entry: dict) -> tuple[str, str]:
     if outcome == "skipped":
         return "failed", "skipped on Ember"
     text = entry.get("text", "")
+    match = re.search(r"<device only: ([\w.]+)>", text)
+    if match:
+        return "excluded", f"GPU/TPU/MPS-only: {match.group(1)}"
     match = re.search(r"<lightning internal: ([\w.]+)>", text)
     if match:
         return "excluded", f"Lightning internal (shim): {match.group(1)}"

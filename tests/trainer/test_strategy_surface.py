@@ -13,13 +13,14 @@ import torch
 from tests.conftest import run_distributed
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
-from trainer.strategies import DDPStrategy, FSDPStrategy, Strategy
+from trainer.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy, Strategy
 
 
 @pytest.mark.parametrize("strategy", ["auto", "fsdp"])
 def test_every_strategy_answers_lightnings_surface_on_one_process(strategy: str) -> None:
     trainer = Trainer(**QUIET, max_steps=2, strategy=strategy)
-    assert isinstance(trainer.strategy, DDPStrategy if strategy == "auto" else FSDPStrategy)
+    # As Lightning: "auto" on one process is a SingleDeviceStrategy.
+    assert isinstance(trainer.strategy, SingleDeviceStrategy if strategy == "auto" else FSDPStrategy)
     module = Regressor()
     with mock.patch.object(Strategy, "backward", autospec=True, side_effect=Strategy.backward) as backward:
         trainer.fit(module, data())
@@ -53,6 +54,13 @@ def test_collectives_on_two_processes() -> None:
         assert got["mean"] == 0.5 and got["sum"] == 1.0
         assert got["gathered"] == [[0, 10], [1, 11]]  # stacked along a new first dimension, as Lightning
         assert got["all"] is False and got["any"] is True and got["plain"] == "not a tensor"
+
+
+def test_single_device_strategy_is_one_process_only() -> None:
+    assert isinstance(Trainer(**QUIET, strategy="single_device").strategy, SingleDeviceStrategy)
+    assert Trainer(**QUIET, strategy=SingleDeviceStrategy(device="cpu")).strategy.root_device == torch.device("cpu")
+    with pytest.raises(ValueError, match="SingleDeviceStrategy runs one process, but the run has 2"):
+        SingleDeviceStrategy().accelerator_kwargs(world_size=2)
 
 
 def test_a_strategy_not_connected_says_how_to_connect_it() -> None:
