@@ -8,7 +8,7 @@ import ember_lightning_shim as _shim
 _shim.install()
 # Replace this module by the shim's root module, whose names resolve to Ember's (``lightning.Trainer``...).
 _root = _shim.ShimModule(__name__, _shim.PUBLIC[__name__], internal=False)
-from trainer.checkpoint.lightning_format import LIGHTNING_VERSION  # noqa: E402 - after the shim is installed
+from trainer.checkpoint.lightning_format import LIGHTNING_VERSION
 
 _root.__dict__.update(__file__=__file__, __spec__=__spec__, __version__=LIGHTNING_VERSION)
 sys.modules[__name__] = _root
