@@ -48,7 +48,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.callbacks": ("callbacks",),
     "lightning.pytorch.core": ("trainer.core", "trainer"),
     "lightning.pytorch.core.module": ("trainer.core", "trainer"),
-    "lightning.pytorch.core.datamodule": ("trainer.core", "trainer"),
+    "lightning.pytorch.core.datamodule": ("trainer.datamodule", "trainer.core", "trainer"),
     "lightning.pytorch.core.optimizer": ("trainer.core.optimizer",),
     "lightning.pytorch.core.saving": ("trainer.core.saving",),
     "lightning.pytorch.core.hooks": ("trainer.core.hooks",),
