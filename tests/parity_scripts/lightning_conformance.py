@@ -202,6 +202,9 @@ def main() -> None:
     parser.add_argument("--lightning-results", help="where the Lightning side's results are (default: --results), "
                         "to compare several Ember runs with one Lightning run")
     parser.add_argument("--rerun-lightning", action="store_true")
+    parser.add_argument("--missing-only", action="store_true",
+                        help="run a side only for files it has no results for yet (several runners can then share "
+                             "one --results folder, each taking the files the others have not started)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (both sides)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test")
     parser.add_argument("--failures", action="store_true", help="list every Ember failure with its reason")
@@ -223,7 +226,8 @@ def main() -> None:
         for side in ("lightning", "ember"):
             results = args.lightning_results if side == "lightning" and args.lightning_results else args.results
             stored = os.path.join(results, f"{side}__{name}.jsonl")
-            run_now = args.side in ("both", side) and not (side == "lightning" and os.path.exists(stored)
+            done = os.path.exists(stored) or (args.missing_only and os.path.exists(stored.replace(".jsonl", ".log")))
+            run_now = args.side in ("both", side) and not (done and (side == "lightning" or args.missing_only)
                                                             and not args.rerun_lightning and not extra)
             if run_now:
                 start = time.time()
