@@ -1,12 +1,15 @@
 """Lightning conformance: run Lightning's own tests on Lightning, then on Ember through a shim, and compare.
 
-    python tests/parity_scripts/lightning_conformance.py /work/lightning-src \\
-        --python /work/venvs/lconf/bin/python [--files callbacks/test_timer.py ...] [--wide] [--failures]
+    python tests/parity_scripts/lightning_conformance.py /work/lightning-src --python /tmp/venv-pl44/bin/python \\
+        --folders all --results /tmp/conf40 --timeout 60 [--side ember] [--failures] [--excluded]
 
-``/work/lightning-src`` is a checkout of Lightning's repository at the tag of the installed ``lightning`` (2.6.5
-here); ``--python`` is a throwaway interpreter with torch, that ``lightning``, pytest and the test requirements,
-plus Ember's dependencies (safetensors, xxhash, pyyaml). Nothing of Lightning's is copied into this project: its
-tests run from the checkout.
+``--folders all`` runs every ``test_*.py`` under Lightning's ``tests/tests_pytorch/`` folders ``callbacks``,
+``checkpointing``, ``trainer``, ``loggers``, ``core``, ``tuner`` and ``models`` (or name some of them:
+``--folders callbacks trainer``); ``--files`` names single files (without either: issue 27's 20 files, ``--wide``
+adds its wider set). ``/work/lightning-src`` is a checkout of Lightning's repository at the tag of the installed
+``lightning``; ``--python`` is a throwaway interpreter with torch, that ``lightning``, pytest, pytest-timeout and
+the test requirements, plus Ember's dependencies (safetensors, xxhash, pyyaml). Nothing of Lightning's is copied
+into this project: its tests run from the checkout.
 
 Each test file runs twice, in separate pytest processes from the checkout's root (so its pytest settings apply):
 
@@ -15,14 +18,18 @@ Each test file runs twice, in separate pytest processes from the checkout's root
   see ``ember_lightning_shim``), this repository next, ``--noconftest`` and ``conformance/ember_harness.py``
   in place of Lightning's conftest (which imports Lightning's machinery).
 
-Of the tests that pass on Lightning, each is counted as passing on Ember, **excluded** because it reads Lightning
-internals (the shim's ``LightningInternalUsed``; a private attribute; ``trainer.fit_loop`` & co.; a strategy's
-or accelerator object's attributes; a fixture mocking Lightning's device registry), **excluded as a promise**
-(it reads a checkpoint as a file, where Ember writes a folder; it counts ``torch.save`` calls, and Ember wrote as
-many checkpoints, each a folder of several files), or failing on Ember (with the first line of its error). Classification is by the failure only, and conservative: anything not recognised as
-internals counts as an Ember failure. The per-file table and the total go to stdout; ``--failures`` lists every
-failing test with its reason, ``--excluded`` every excluded one. Results are kept per side and file under
-``--results``; the Lightning side is reused from there unless ``--rerun-lightning``.
+Of the tests that pass on Lightning, each is counted as passing on Ember, **excluded** with a reason class
+(``EXCLUSIONS``: a Lightning internal the shim refused, ``LightningInternalUsed``; a private name, including the
+logger-mock fixtures that set Lightning's private availability flags; a fixture mocking Lightning's device
+registry; a GPU/TPU/MPS-only name or error; a package not installed; a trainer plugin attribute), or failing on
+Ember (with the first line of its error). Classification is by the failure only, and conservative: anything not
+recognised as Lightning's internals counts as an Ember failure (a strategy's public attributes, the loop objects
+and checkpoints read as files are public behaviour). Printed: the table per file, the table per folder with the
+total, the exclusions by reason class and the largest failure classes; ``--failures`` lists every failing test
+with its reason, ``--excluded`` every excluded one. Results are kept per side and file under ``--results``
+(``--lightning-results``: the Lightning side's, when several Ember runs compare with one Lightning run); the
+Lightning side is reused from there unless ``--rerun-lightning``; ``--missing-only`` lets several runners share a
+folder. A run over the seven folders takes about an hour a side on two busy cores.
 """
 
 from __future__ import annotations
