@@ -60,8 +60,11 @@ def test_module_is_rebuilt_from_hparams_with_weights_and_overrides(tmp_path: Pat
     assert Regressor.load_from_checkpoint(path, map_location="cpu").net.weight.device.type == "cpu"
     with pytest.raises(RuntimeError, match="size mismatch"):
         Regressor.load_from_checkpoint(path, features=4)
+    # torch.load's other forms, as Lightning passes them on: a dict of devices and a callable(storage, location).
+    for where in ({"cuda:0": "cpu"}, {"cpu": "cpu"}, lambda storage, loc: storage, lambda storage, loc: None):
+        assert Regressor.load_from_checkpoint(path, map_location=where).net.weight.device.type == "cpu"
     with pytest.raises(TypeError, match="map_location=...\\) takes a device"):
-        Regressor.load_from_checkpoint(path, map_location={"cuda:0": "cpu"})
+        Regressor.load_from_checkpoint(path, map_location=3)
     hparams = tmp_path / "hp.yaml"
     hparams.write_text("lr: 0.3\nfeatures: 3\n")
     assert Regressor.load_from_checkpoint(path, hparams_file=hparams).hparams.lr == 0.3

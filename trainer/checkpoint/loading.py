@@ -132,9 +132,17 @@ def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _device(map_location: Any) -> torch.device | None:
+    """The device ``map_location`` puts the weights on. Ember reads them on the CPU, then moves the module; a
+    ``torch.load``-style dict (``{"cpu": "cuda:0"}``) or callable (``lambda storage, loc: storage``) is asked
+    where it sends a CPU tensor, as torch.load would ask it for each."""
     if map_location is None:
         return None
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
-    raise TypeError(f"load_from_checkpoint(map_location=...) takes a device or a device string (Ember loads "
-                    f"weights through safetensors, not torch.load). Received: {map_location!r}.")
+    if isinstance(map_location, dict):
+        return torch.device(map_location.get("cpu", "cpu"))
+    if callable(map_location):
+        moved = map_location(torch.zeros(1).untyped_storage(), "cpu")
+        return torch.device("cpu") if moved is None else moved.device
+    raise TypeError(f"load_from_checkpoint(map_location=...) takes a device, a device string, a dict of device "
+                    f"strings or a callable(storage, location), as torch.load. Received: {map_location!r}.")
