@@ -51,6 +51,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     """
 
     automatic_optimization: bool = True
+    strict_loading: bool | None = None  # load_from_checkpoint's strict when it is not given (None: True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
