@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from callbacks import Callback
 from tests.trainer.helpers import QUIET, Regressor, data
@@ -134,3 +135,10 @@ def test_restarting_is_true_only_where_a_resume_started(tmp_path: Any) -> None:
     trainer = Trainer(**{**kwargs, "max_epochs": 3, "callbacks": [Reader()]})
     trainer.fit(Regressor(), data(), ckpt_path="last")
     assert seen == [True, False]  # the resumed epoch starts where the checkpoint stood; the next does not
+
+
+def test_fit_loop_state_dict_is_the_checkpoints_loops_entry(run: tuple[Trainer, LoopReader], tmp_path: Any) -> None:
+    trainer, _ = run
+    path = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(str(path))
+    assert trainer.fit_loop.state_dict() == torch.load(path, weights_only=True)["loops"]["fit_loop"]

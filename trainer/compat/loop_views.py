@@ -255,3 +255,10 @@ class FitLoopView(_ReadOnly):
     def restarting(self) -> bool:
         """Whether the current fit resumed from a checkpoint and has not moved since (Lightning)."""
         return self._trainer.checkpointer.restarting()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning's ``fit_loop.state_dict()``: the ``loops["fit_loop"]`` entry Ember writes into its ``.ckpt``
+        files, built from ``TrainState`` now (a snapshot: loading one is ``fit(ckpt_path=...)``'s job)."""
+        from trainer.checkpoint.lightning_format import loops_of  # the checkpoint format: only when asked
+
+        return loops_of(self._trainer.state.state_dict())["fit_loop"]
