@@ -52,6 +52,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     automatic_optimization: bool = True
     strict_loading: bool | None = None  # load_from_checkpoint's strict when it is not given (None: True)
+    # Lightning's names of the .ckpt keys holding the module's hyper-parameters (trainer.checkpoint.lightning_format).
+    CHECKPOINT_HYPER_PARAMS_KEY, CHECKPOINT_HYPER_PARAMS_NAME = "hyper_parameters", "hparams_name"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -139,3 +139,10 @@ def test_an_empty_state_dict_warns(tmp_path: Path) -> None:
     torch.save(checkpoint, path)
     with pytest.warns(UserWarning, match="contains no parameters"):
         Regressor.load_from_checkpoint(path, strict=False)
+
+
+def test_the_hyper_parameter_keys_name_the_ckpt_entries(tmp_path: Path) -> None:
+    path = _fit(Regressor(lr=0.3), tmp_path)
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint[Regressor.CHECKPOINT_HYPER_PARAMS_KEY]["lr"] == 0.3
+    assert checkpoint[Regressor.CHECKPOINT_HYPER_PARAMS_NAME] == "kwargs"
