@@ -142,3 +142,15 @@ def test_fit_loop_state_dict_is_the_checkpoints_loops_entry(run: tuple[Trainer, 
     path = tmp_path / "model.ckpt"
     trainer.save_checkpoint(str(path))
     assert trainer.fit_loop.state_dict() == torch.load(path, weights_only=True)["loops"]["fit_loop"]
+
+
+@pytest.mark.parametrize(("max_epochs", "max_steps", "done"), [
+    (None, -1, False), (-1, -1, False), (5, -1, False), (-1, 10, False), (None, 0, True), (0, -1, True),
+    (-1, 0, True)])
+def test_fit_loop_done_before_fit_as_lightning(max_epochs: int | None, max_steps: int, done: bool) -> None:
+    assert Trainer(**QUIET, max_epochs=max_epochs, max_steps=max_steps).fit_loop.done is done
+
+
+def test_all_sanity_steps_read_as_inf() -> None:
+    assert Trainer(**{**QUIET, "num_sanity_val_steps": -1}).num_sanity_val_steps == float("inf")
+    assert Trainer(**{**QUIET, "num_sanity_val_steps": 2}).num_sanity_val_steps == 2

@@ -153,7 +153,9 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "gradient_clip_algorithm": ConfigField(),
     "val_check_interval": ConfigField(),
     "check_val_every_n_epoch": ConfigField(),
-    "num_sanity_val_steps": ConfigField(),
+    # -1 ("all of them") reads as Lightning shows it: inf.
+    "num_sanity_val_steps": Computed(lambda t: float("inf") if t.config.num_sanity_val_steps == -1
+                                     else t.config.num_sanity_val_steps),
     "limit_train_batches": ConfigField(),
     "limit_val_batches": ConfigField(),
     "limit_test_batches": ConfigField(),

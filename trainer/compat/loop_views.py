@@ -248,8 +248,8 @@ class FitLoopView(_ReadOnly):
     def done(self) -> bool:
         """Whether training has reached a limit (``max_epochs``, ``max_steps``) or was asked to stop."""
         trainer = self._trainer
-        return (trainer.plan.num_training_batches == 0 or trainer.stop.reached(trainer.config) is not None
-                or bool(trainer.should_stop))
+        no_batches = trainer.plan.train_source is not None and trainer.plan.num_training_batches == 0
+        return no_batches or trainer.stop.reached(trainer.config) is not None or bool(trainer.should_stop)
 
     @property
     def restarting(self) -> bool:
