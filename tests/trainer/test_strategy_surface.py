@@ -80,3 +80,10 @@ def test_a_strategy_object_given_to_two_trainers_answers_for_each() -> None:
     assert (first.global_step, second.global_step) == (2, 1)
     assert first.strategy.lightning_module is first.lightning_module
     assert second.strategy.lightning_module is second.lightning_module
+
+
+def test_connecting_a_module_attaches_it_without_a_run() -> None:
+    trainer = Trainer(**QUIET, max_steps=1)
+    module = Regressor()
+    assert trainer.strategy.connect(module) is trainer.strategy  # Lightning's connect(model)
+    assert trainer.lightning_module is module and module.trainer is trainer and trainer.strategy.lightning_module is module
