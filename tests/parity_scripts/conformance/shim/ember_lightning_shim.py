@@ -62,6 +62,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.cli": ("trainer.cli",),
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
+    "lightning.pytorch.utilities.parsing": ("trainer.utilities.parsing", "trainer.hparams"),
     "lightning.pytorch.utilities.combined_loader": ("trainer.utilities.combined_loader",),
     "lightning.pytorch.utilities.types": ("trainer.utilities.types",),
     "lightning.pytorch.utilities.enums": ("trainer.utilities.enums",),
