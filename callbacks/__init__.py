@@ -22,6 +22,7 @@ from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
 from callbacks.pruning import ModelPruning
+from callbacks.spike import SpikeDetection, TrainingSpikeException
 from callbacks.throughput import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.tqdm_progress import TQDMProgressBar
@@ -31,5 +32,5 @@ __all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Batc
            "DeviceStatsMonitor", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason",
            "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
            "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
-           "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer", "WeightAveraging",
-           "summarize"]
+           "SpikeDetection", "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer",
+           "TrainingSpikeException", "WeightAveraging", "summarize"]

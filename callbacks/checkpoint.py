@@ -44,9 +44,10 @@ def _seconds(value: Any) -> float | None:
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise MisconfigurationException(f"ModelCheckpoint(train_time_interval=...) must be a positive timedelta or "
-                                        f"number of seconds. Received: {value!r}.")
+    # 0 is allowed, as in Lightning: every training batch is then due (tests and short jobs use it).
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise MisconfigurationException(f"ModelCheckpoint(train_time_interval=...) must be a timedelta or number "
+                                        f"of seconds >= 0. Received: {value!r}.")
     return float(seconds)
 
 
@@ -123,7 +124,7 @@ class ModelCheckpoint(Callback):
                                             f"Received: {filename!r}.")
         steps, epochs = _count("every_n_train_steps", every_n_train_steps), _count("every_n_epochs", every_n_epochs)
         interval = _seconds(train_time_interval)
-        if sum(bool(x) for x in (steps, epochs, interval)) > 1:
+        if sum(bool(x) for x in (steps, epochs, interval is not None)) > 1:
             raise MisconfigurationException(
                 f"Combination of parameters every_n_train_steps={every_n_train_steps}, every_n_epochs="
                 f"{every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive: set "
@@ -149,7 +150,7 @@ class ModelCheckpoint(Callback):
         self._every_n_train_steps = steps or 0
         self._train_time_interval = interval
         # Lightning's default: every epoch, unless another schedule was asked for.
-        self._every_n_epochs = epochs if epochs is not None else (0 if steps or interval else 1)
+        self._every_n_epochs = epochs if epochs is not None else (0 if steps or interval is not None else 1)
         # The bookkeeping, saved in every checkpoint (state_dict): nothing else decides which folders stay.
         self._scores: dict[str, float] = {}  # ranked checkpoints: path -> monitored value
         self._unranked: list[str] = []  # without `monitor`: the kept checkpoints, oldest first
@@ -459,7 +460,9 @@ class ModelCheckpoint(Callback):
                                   and self._last_checkpoint_saved != last_path else "")
         self._last_checkpoint_saved = ranked_path or (link_to if self.save_last == "link" else "") or last_path
         removable = sorted((kept_before - self._kept()) | set(self._pending_removal))
-        self._pending_removal = [p for p in removable if p not in (ranked_path, last_path)]
+        # Never a checkpoint outside this callback's folder (as Lightning): after a resume with another dirpath the
+        # restored last_model_path names the earlier run's file, which that run still owns.
+        self._pending_removal = [p for p in removable if p not in (ranked_path, last_path) and self._owns(p)]
         asynchronous = self.async_save and not sync
         try:  # each checkpoint holds this bookkeeping, itself included
             for path in (ranked_path, last_path):
@@ -492,6 +495,13 @@ class ModelCheckpoint(Callback):
             what = f"{self.monitor!r} reached {score:.5f}, " if score is not None else ""
             log.info(f"Epoch {epoch:d}, global step {step:d}: {what}saving model to {path!r}"
                      f"{' (written in the background)' if asynchronous else ''}")
+
+    def _owns(self, path: str) -> bool:
+        """Whether ``path`` lies inside this callback's ``dirpath`` (only such checkpoints are ever deleted)."""
+        if not self.dirpath:
+            return True
+        folder = os.path.abspath(self.dirpath)
+        return os.path.commonpath([folder, os.path.abspath(path)]) == folder
 
     def finish_pending(self, trainer: TrainerView) -> None:
         """Wait for this callback's asynchronous save in flight, then delete the checkpoints it replaced.

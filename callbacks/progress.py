@@ -11,6 +11,7 @@ import torch
 
 from callbacks.base import Callback
 from callbacks.protocols import TrainerView
+from callbacks.tqdm_format import tqdm_class
 from engine.keywords import suggest_keywords
 
 
@@ -23,9 +24,8 @@ class _Progress:
         self.started = time.monotonic()
         self.bar: Any = None
         if stream is not None:
-            from tqdm import tqdm  # imported here so that `import trainer` stays cheap
-
-            self.bar = tqdm(total=total, desc=name, file=stream, leave=leave, dynamic_ncols=True, position=position)
+            self.bar = tqdm_class()(total=total, desc=name, file=stream, leave=leave, dynamic_ncols=True,
+                                    position=position)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -71,6 +71,18 @@ class ProgressBar(Callback):
         self._enabled = True
         self._trainer_ref: weakref.ReferenceType[Any] | None = None
         self._module_ref: weakref.ReferenceType[torch.nn.Module] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A bar pickles (Lightning's do, e.g. with the trainer's callbacks): without its run's live parts (the
+        trainer and module references, the drawn bars, the stream), which the next run's ``setup`` sets again."""
+        state = dict(vars(self))
+        state.update(_trainer_ref=None, _module_ref=None, _train=None, _eval=None, _active=False, _terminal=False)
+        state["_stream"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._stream = self._given_stream or sys.stdout
 
     # -- runs -------------------------------------------------------------------------------------------------
     def skipped_hooks(self) -> frozenset[str]:
@@ -131,12 +143,30 @@ class ProgressBar(Callback):
         """Draw nothing (from the next run on); the Trainer's ``enable_progress_bar=False`` leaves the bar out."""
         self._enabled = False
 
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """``print`` that does not break a bar being drawn (``tqdm.write`` above it); a plain ``print`` when no bar
+        is drawn. ``TrainModule.print`` goes through here while this bar is enabled, as in Lightning."""
+        drawn = next((p.bar for p in (self._train, self._eval) if p is not None and p.bar is not None), None)
+        if drawn is None:
+            print(*args, sep=sep, **kwargs)
+            return
+        drawn.write(sep.join(map(str, args)), **kwargs)
+
     def get_metrics(self, trainer: TrainerView, pl_module: torch.nn.Module | None) -> dict[str, Any]:
-        """What the bar shows: the ``prog_bar=True`` metrics as numbers; override to change it. (Lightning adds
-        the logger's version as ``v_num``; Ember's bar leaves it out.)"""
-        return dict(trainer.progress_bar_metrics)
+        """What the bar shows: the first logger's version as ``v_num`` (its last 4 characters when a string), as
+        Lightning, then the ``prog_bar=True`` metrics as numbers (a metric named ``v_num`` wins); override to
+        change it."""
+        shown: dict[str, Any] = {}
+        loggers = trainer.loggers
+        version = getattr(loggers[0], "version", None) if loggers else None
+        if version not in ("", None):
+            shown["v_num"] = version[-4:] if isinstance(version, str) else version
+        shown.update(trainer.progress_bar_metrics)
+        return shown
 
     def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
+        if not trainer.is_global_zero:
+            self.disable()  # only the main process draws (Lightning turns the others' bars off for good)
         self._trainer_ref = weakref.ref(trainer)
         self._module_ref = weakref.ref(pl_module)
         self._stream = self._given_stream or sys.stdout

@@ -17,6 +17,7 @@ import torch
 from torch.optim.swa_utils import SWALR, AveragedModel, get_ema_avg_fn, update_bn
 
 from callbacks.base import Callback
+from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 from engine.keywords import keyword_error, suggest_keywords
 
@@ -239,16 +240,22 @@ class StochasticWeightAveraging(WeightAveraging):
     def __init__(self, swa_lrs: float | list[float], swa_epoch_start: float = 0.8, annealing_epochs: int = 10,
                  annealing_strategy: Literal["cos", "linear"] = "cos", avg_fn: AvgFn | None = None,
                  device: torch.device | str | None = "cpu") -> None:
+        # Lightning's checks and words (a test may match them; MisconfigurationException is a ValueError): a list
+        # holds floats only (Lightning refuses [0.2, 1]); the single value may also be a positive int.
         lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
-        if not lrs or not all(isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 for lr in lrs):
-            raise ValueError("StochasticWeightAveraging(swa_lrs=...) must be a positive float or a list of positive "
-                             f"floats (one per parameter group). Received: {swa_lrs!r}.")
+        floats = isinstance(swa_lrs, list)
+        if not lrs or not all(isinstance(lr, float if floats else (int, float)) and not isinstance(lr, bool)
+                              and lr > 0 for lr in lrs):
+            raise MisconfigurationException(
+                "StochasticWeightAveraging(swa_lrs=...) should be a positive float, or a list of positive floats (one "
+                f"per parameter group). Received: {swa_lrs!r}.")
         if isinstance(swa_epoch_start, bool) or not (
                 (isinstance(swa_epoch_start, int) and swa_epoch_start >= 1)
                 or (isinstance(swa_epoch_start, float) and 0.0 <= swa_epoch_start <= 1.0)):
-            raise ValueError("StochasticWeightAveraging(swa_epoch_start=...) must be an int >= 1 (the 1-based first "
-                             f"SWA epoch) or a float in [0, 1] (a fraction of max_epochs). Received: "
-                             f"{swa_epoch_start!r}.")
+            raise MisconfigurationException(
+                "StochasticWeightAveraging(swa_epoch_start=...) should be a >0 integer or a float between 0 and 1 "
+                f"(an int: the 1-based first SWA epoch; a float: a fraction of max_epochs). Received: "
+                f"{swa_epoch_start!r}.")
         if isinstance(annealing_epochs, bool) or not isinstance(annealing_epochs, int) or annealing_epochs < 0:
             raise ValueError("StochasticWeightAveraging(annealing_epochs=...) must be an int >= 0. Received: "
                              f"{annealing_epochs!r}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from callbacks import Callback, ModelSummary, ProgressBar, TQDMProgressBar
+from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
 from trainer.config import UNSET, TrainerConfig
@@ -57,9 +58,14 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
         if not isinstance(callback, Callback):
             raise TypeError(f"Trainer(callbacks=...) takes Callback instances. Received: {callback!r} "
                             f"({type(callback).__name__}).")
-    has_bar = any(isinstance(c, ProgressBar) for c in given)
+    bars = [c for c in given if isinstance(c, ProgressBar)]
+    if len(bars) > 1:  # Lightning's words (a test may match them), then the fix
+        raise MisconfigurationException("You added multiple progress bar callbacks to the Trainer, but currently "
+                                        f"only one progress bar is supported. Received: {bars!r}; keep one.")
+    has_bar = bool(bars)
     if has_bar and not progress_bar:
-        raise ValueError("Trainer(enable_progress_bar=False) but callbacks holds a ProgressBar: remove one.")
+        raise MisconfigurationException(f"Trainer was configured with `enable_progress_bar=False` but found "
+                                        f"`{type(bars[0]).__name__}` in callbacks list: remove one.")
     result = list(given)
     if model_summary and not any(isinstance(c, ModelSummary) for c in given):
         result.insert(0, ModelSummary())

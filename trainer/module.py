@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from callbacks.exceptions import MisconfigurationException
 from engine.operations import recursively_apply
 from engine.precision.policy import Precision
 from trainer.checkpoint.loading import load_module
@@ -18,7 +17,7 @@ from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
 from trainer.hparams import HyperparametersMixin
 from trainer.metrics.logger import LogOptions, ReduceFx, metric_collection_items
-from trainer.optim import clip_gradients
+from trainer.optim import clip_gradients, clip_settings
 from trainer.tools.compiling import Compiler, strip_prefix, with_compiled_names
 
 if TYPE_CHECKING:
@@ -53,6 +52,9 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
 
     automatic_optimization: bool = True
     __jit_unused_properties__: ClassVar[list[str]]  # set below the class, from its properties
+    strict_loading: bool | None = None  # load_from_checkpoint's strict when it is not given (None: True)
+    # Lightning's names of the .ckpt keys holding the module's hyper-parameters (trainer.checkpoint.lightning_format).
+    CHECKPOINT_HYPER_PARAMS_KEY, CHECKPOINT_HYPER_PARAMS_NAME = "hyper_parameters", "hparams_name"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -137,6 +139,13 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             return buffer.device
         trainer = self._attached_trainer()
         return trainer.accelerator.device if trainer is not None else torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the module's first floating-point parameter or buffer (torch's default dtype without one),
+        as Lightning's ``LightningModule.dtype``: e.g. to build tensors in a step that match the weights."""
+        tensors = (t for source in (self.parameters(), self.buffers()) for t in source if t.is_floating_point())
+        return next((t.dtype for t in tensors), torch.get_default_dtype())
 
     @property
     def global_rank(self) -> int:
@@ -275,9 +284,15 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         return recursively_apply(stack, data)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
+        """``print`` on the main process only, through the progress bar while one is enabled (so a bar being
+        drawn is not broken), as in Lightning."""
         trainer = self._attached_trainer()
-        if trainer is None or trainer.accelerator.is_main_process:
+        if trainer is not None and not trainer.accelerator.is_main_process:
+            return
+        bar = getattr(trainer, "progress_bar_callback", None)
+        if bar is not None and bar.is_enabled:
+            bar.print(*args, **kwargs)
+        else:
             print(*args, **kwargs)
 
     # -- optimisation -----------------------------------------------------------------------------------------
@@ -359,7 +374,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
         trainer = self._attached_trainer()
         config = trainer.config if trainer is not None else None
         if config is not None:
-            gradient_clip_val, gradient_clip_algorithm = _clip_settings(config, gradient_clip_val,
+            gradient_clip_val, gradient_clip_algorithm = clip_settings(config, gradient_clip_val,
                                                                         gradient_clip_algorithm)
         clip_gradients(self.accelerator, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
@@ -574,21 +589,3 @@ def step_function(module: TrainModule, name: str, given: int = 3) -> Callable[..
 
     return call
 
-
-def _clip_settings(config: Any, value: float | None, algorithm: str | None) -> tuple[float | None, str | None]:
-    """``clip_gradients``' value and algorithm with the trainer's ``config`` (Lightning's checks and messages)."""
-    if value is None:
-        value = config.gradient_clip_val
-    elif config.gradient_clip_val is not None and config.gradient_clip_val != value:
-        raise MisconfigurationException(f"You have set `Trainer(gradient_clip_val={config.gradient_clip_val!r})` and "
-                                        f"have passed `clip_gradients(gradient_clip_val={value!r})`. Please use only "
-                                        "one of them.")
-    if algorithm is None:
-        algorithm = config.gradient_clip_algorithm
-    else:
-        algorithm = algorithm.lower()
-        if config.gradient_clip_algorithm is not None and config.gradient_clip_algorithm != algorithm:
-            raise MisconfigurationException(
-                f"You have set `Trainer(gradient_clip_algorithm={config.gradient_clip_algorithm!r})` and have passed "
-                f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them.")
-    return value, algorithm

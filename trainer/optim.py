@@ -298,3 +298,22 @@ def clip_gradients(accelerator: Any, optimizer: torch.optim.Optimizer, value: fl
         accelerator.clip_grad_value_(params, value)
     else:
         accelerator.clip_grad_norm_(params, value)
+
+
+def clip_settings(config: Any, value: float | None, algorithm: str | None) -> tuple[float | None, str | None]:
+    """``clip_gradients``' value and algorithm with the trainer's ``config`` (Lightning's checks and messages)."""
+    if value is None:
+        value = config.gradient_clip_val
+    elif config.gradient_clip_val is not None and config.gradient_clip_val != value:
+        raise MisconfigurationException(f"You have set `Trainer(gradient_clip_val={config.gradient_clip_val!r})` and "
+                                        f"have passed `clip_gradients(gradient_clip_val={value!r})`. Please use only "
+                                        "one of them.")
+    if algorithm is None:
+        algorithm = config.gradient_clip_algorithm
+    else:
+        algorithm = algorithm.lower()
+        if config.gradient_clip_algorithm is not None and config.gradient_clip_algorithm != algorithm:
+            raise MisconfigurationException(
+                f"You have set `Trainer(gradient_clip_algorithm={config.gradient_clip_algorithm!r})` and have passed "
+                f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them.")
+    return value, algorithm

@@ -205,3 +205,13 @@ def test_ema_matches_lightning() -> None:
     assert module.net.bias.item() == pytest.approx(LIGHTNING_EMA_FINAL_BIAS, abs=1e-6)
     assert module.seen_in_validation[0].flatten().tolist() == pytest.approx(LIGHTNING_EMA_VALIDATION_AFTER_EPOCH0,
                                                                             abs=1e-6)
+
+
+def test_bad_swa_arguments_raise_lightnings_exception_and_words() -> None:
+    from callbacks.exceptions import MisconfigurationException
+
+    for start in (0, 1.5, -1):
+        with pytest.raises(MisconfigurationException, match=">0 integer or a float between 0 and 1"):
+            StochasticWeightAveraging(swa_epoch_start=start, swa_lrs=0.1)
+    with pytest.raises(MisconfigurationException, match="positive float, or a list of positive floats"):
+        StochasticWeightAveraging(swa_epoch_start=5, swa_lrs=[0.2, 1])  # a list holds floats, as in Lightning

@@ -122,7 +122,7 @@ def test_a_monitor_that_is_never_logged_names_the_logged_metrics(tmp_path: Any) 
     ({"save_top_k": 3}, r"ModelCheckpoint\(save_top_k=3, monitor=None\) is not a valid configuration. No quantity"),
     ({"every_n_train_steps": 5, "every_n_epochs": 1}, (r"Combination of parameters every_n_train_steps=5, "
                                                       r"every_n_epochs=1 and train_time_interval=None should be")),
-    ({"train_time_interval": -1}, r"train_time_interval=...\) must be a positive timedelta"),
+    ({"train_time_interval": -1}, r"train_time_interval=...\) must be a timedelta or number of seconds >= 0"),
     ({"every_n_epochs": 1.5}, r"Invalid value for every_n_epochs=1.5. Must be >= 0"),
 ])
 def test_bad_arguments_fail_at_construction(kwargs: dict[str, Any], message: str) -> None:
@@ -160,9 +160,33 @@ def test_train_time_interval_saves_once_per_interval(tmp_path: Any, monkeypatch:
     assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=9.ckpt", "epoch=1-step=18.ckpt", "epoch=1-step=27.ckpt"]
 
 
+def test_a_zero_train_time_interval_saves_at_every_step(tmp_path: Any) -> None:
+    """As Lightning: timedelta(0) is accepted, and every training step is then due (no epoch-end schedule)."""
+    import datetime
+
+    callback = ModelCheckpoint(dirpath=str(tmp_path), filename="{step}", save_top_k=-1,
+                               train_time_interval=datetime.timedelta(0))
+    Trainer(**QUIET, max_epochs=1, callbacks=[callback]).fit(Regressor(), data(n=16, batch_size=4))
+    assert sorted(os.listdir(tmp_path)) == [f"step={n}.ckpt" for n in (1, 2, 3, 4)]
+
+
 def test_save_last_link_needs_a_local_dirpath() -> None:
     # Lightning 2.6 (test_model_checkpoint_save_last_as_link_not_local): a URL dirpath with save_last="link"
     # raises its ValueError at setup (a symbolic link needs a local folder).
     callback = ModelCheckpoint(dirpath="memory://not-a-filesystem-path", save_last="link")
     with pytest.raises(ValueError, match="save_last='link'.* is only supported for local file paths"):
         callback.setup(trainer=Trainer(**QUIET), pl_module=Regressor(), stage="fit")
+
+
+def test_a_resume_into_another_dirpath_never_deletes_the_earlier_runs_checkpoints(tmp_path: Any) -> None:
+    """As Lightning: the restored last_model_path names the earlier folder's last.ckpt; it stays."""
+    old, new = tmp_path / "checkpoints", tmp_path / "new"
+    options = {"save_last": True, "save_top_k": -1, "every_n_train_steps": 2, "filename": "{step}"}
+    Trainer(**{**QUIET, "max_epochs": 1, "callbacks": [ModelCheckpoint(dirpath=old, **options)]}).fit(
+        Regressor(), data())
+    assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        Trainer(**{**QUIET, "max_epochs": 2, "callbacks": [ModelCheckpoint(dirpath=new, **options)]}).fit(
+            Regressor(), data(), ckpt_path=str(old / "step=2.ckpt"))
+    assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
+    assert {"last.ckpt", "step=8.ckpt"} <= set(os.listdir(new))

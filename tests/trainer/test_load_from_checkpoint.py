@@ -60,8 +60,11 @@ def test_module_is_rebuilt_from_hparams_with_weights_and_overrides(tmp_path: Pat
     assert Regressor.load_from_checkpoint(path, map_location="cpu").net.weight.device.type == "cpu"
     with pytest.raises(RuntimeError, match="size mismatch"):
         Regressor.load_from_checkpoint(path, features=4)
+    # torch.load's other forms, as Lightning passes them on: a dict of devices and a callable(storage, location).
+    for where in ({"cuda:0": "cpu"}, {"cpu": "cpu"}, lambda storage, loc: storage, lambda storage, loc: None):
+        assert Regressor.load_from_checkpoint(path, map_location=where).net.weight.device.type == "cpu"
     with pytest.raises(TypeError, match="map_location=...\\) takes a device"):
-        Regressor.load_from_checkpoint(path, map_location={"cuda:0": "cpu"})
+        Regressor.load_from_checkpoint(path, map_location=3)
     hparams = tmp_path / "hp.yaml"
     hparams.write_text("lr: 0.3\nfeatures: 3\n")
     assert Regressor.load_from_checkpoint(path, hparams_file=hparams).hparams.lr == 0.3
@@ -103,3 +106,43 @@ def test_bad_paths_and_weights_only_folders(tmp_path: Path) -> None:
     assert torch.equal(loaded.net.weight, module.net.weight)
     with pytest.raises(Exception, match="weights-only"):
         Data.load_from_checkpoint(tmp_path / "weights")
+
+
+@pytest.mark.parametrize(("strict", "loading", "expected"), [
+    (None, None, True), (None, False, False), (True, None, True), (True, False, "error"), (False, None, False),
+    (False, True, "error"), (False, False, False)])
+def test_strict_and_strict_loading_as_lightning(tmp_path: Path, strict: bool | None, loading: bool | None,
+                                                expected: Any) -> None:
+    path = _fit(Regressor(), tmp_path)
+    seen: list[bool] = []
+
+    class Loading(Regressor):
+        strict_loading = loading
+
+        def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+            seen.append(strict)
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    if expected == "error":
+        with pytest.raises(ValueError, match="in conflict with .*strict_loading"):
+            Loading.load_from_checkpoint(path, strict=strict)
+    else:
+        Loading.load_from_checkpoint(path, strict=strict)
+        assert seen == [expected]
+
+
+def test_an_empty_state_dict_warns(tmp_path: Path) -> None:
+    path = _fit(Regressor(), tmp_path)
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint.pop("ember")  # a Lightning file: an edited Ember one fails its digest check (a damaged copy)
+    checkpoint["state_dict"] = {}
+    torch.save(checkpoint, path)
+    with pytest.warns(UserWarning, match="contains no parameters"):
+        Regressor.load_from_checkpoint(path, strict=False)
+
+
+def test_the_hyper_parameter_keys_name_the_ckpt_entries(tmp_path: Path) -> None:
+    path = _fit(Regressor(lr=0.3), tmp_path)
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint[Regressor.CHECKPOINT_HYPER_PARAMS_KEY]["lr"] == 0.3
+    assert checkpoint[Regressor.CHECKPOINT_HYPER_PARAMS_NAME] == "kwargs"

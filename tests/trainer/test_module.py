@@ -242,3 +242,11 @@ def test_assigning_the_trainer_attaches_inner_modules_too() -> None:
     trainer = Trainer(log_with=None)
     ensemble.trainer = trainer
     assert ensemble.trainer is inner.trainer is trainer
+
+
+def test_dtype_follows_the_weights_as_lightning() -> None:
+    module = Regressor()
+    assert module.dtype == torch.float32
+    module.double()
+    assert module.dtype == torch.float64
+    assert TrainModule().dtype == torch.get_default_dtype()  # no weights yet: torch's default

@@ -13,13 +13,14 @@ import torch
 from tests.conftest import run_distributed
 from tests.trainer.helpers import QUIET, Regressor, data
 from trainer import Trainer
-from trainer.strategies import DDPStrategy, FSDPStrategy, Strategy
+from trainer.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy, Strategy
 
 
 @pytest.mark.parametrize("strategy", ["auto", "fsdp"])
 def test_every_strategy_answers_lightnings_surface_on_one_process(strategy: str) -> None:
     trainer = Trainer(**QUIET, max_steps=2, strategy=strategy)
-    assert isinstance(trainer.strategy, DDPStrategy if strategy == "auto" else FSDPStrategy)
+    # As Lightning: "auto" on one process is a SingleDeviceStrategy.
+    assert isinstance(trainer.strategy, SingleDeviceStrategy if strategy == "auto" else FSDPStrategy)
     module = Regressor()
     with mock.patch.object(Strategy, "backward", autospec=True, side_effect=Strategy.backward) as backward:
         trainer.fit(module, data())
@@ -55,6 +56,13 @@ def test_collectives_on_two_processes() -> None:
         assert got["all"] is False and got["any"] is True and got["plain"] == "not a tensor"
 
 
+def test_single_device_strategy_is_one_process_only() -> None:
+    assert isinstance(Trainer(**QUIET, strategy="single_device").strategy, SingleDeviceStrategy)
+    assert Trainer(**QUIET, strategy=SingleDeviceStrategy(device="cpu")).strategy.root_device == torch.device("cpu")
+    with pytest.raises(ValueError, match="SingleDeviceStrategy runs one process, but the run has 2"):
+        SingleDeviceStrategy().accelerator_kwargs(world_size=2)
+
+
 def test_a_strategy_not_connected_says_how_to_connect_it() -> None:
     with pytest.raises(RuntimeError, match=r"not connected to a Trainer yet: pass it as Trainer\(strategy=...\)"):
         _ = DDPStrategy().root_device
@@ -72,3 +80,10 @@ def test_a_strategy_object_given_to_two_trainers_answers_for_each() -> None:
     assert (first.global_step, second.global_step) == (2, 1)
     assert first.strategy.lightning_module is first.lightning_module
     assert second.strategy.lightning_module is second.lightning_module
+
+
+def test_connecting_a_module_attaches_it_without_a_run() -> None:
+    trainer = Trainer(**QUIET, max_steps=1)
+    module = Regressor()
+    assert trainer.strategy.connect(module) is trainer.strategy  # Lightning's connect(model)
+    assert trainer.lightning_module is module and module.trainer is trainer and trainer.strategy.lightning_module is module

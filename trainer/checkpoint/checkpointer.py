@@ -66,6 +66,7 @@ class Checkpointer:
         self.profiler = profiler
         self._queue: list[Callable[[], Any]] | None = None  # saves waiting for the next boundary, inside fit
         self.saved_position: tuple[int, int, int] | None = None  # where the newest checkpoint of this run stands
+        self.restored_position: tuple[int, int, int] | None = None  # where the last resume of this run started
         self.ckpt_path: str | None = None  # the folder the last fit / validate / test / predict loaded (a record)
         # EMBER_ALLOW_WORLD_SIZE_CHANGE, read when the Trainer is built: a fit may resume a checkpoint of another
         # number of processes (trainer.checkpoint.world_size says why it is refused by default).
@@ -272,7 +273,11 @@ class Checkpointer:
 
     def restored_here(self) -> None:
         """The run was just restored from a checkpoint of this very position: an interrupt now saves nothing."""
-        self.saved_position = self.position()
+        self.saved_position = self.restored_position = self.position()
+
+    def restarting(self) -> bool:
+        """Whether the run stands where it was restored (Lightning's ``fit_loop.restarting``): nothing since."""
+        return self.restored_position is not None and self.restored_position == self.position()
 
     def saved_here(self) -> bool:
         """Whether the newest checkpoint of this run holds the position the run stands at now."""

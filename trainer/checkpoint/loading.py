@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -91,9 +92,22 @@ def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hpar
     checkpoint = dict((entry or {}).get("checkpoint", {}))
     checkpoint.update(state_dict=state_dict, hyper_parameters=dict(module.hparams))
     module.on_load_checkpoint(checkpoint)
-    module.load_state_dict(checkpoint["state_dict"], strict=True if strict is None else strict)
+    if not checkpoint["state_dict"]:  # Lightning's warning: a module built from hyper-parameters alone
+        warnings.warn(f"The state dict in {os.fspath(path)!r} contains no parameters: the module keeps the weights "
+                      "it was built with.", UserWarning, stacklevel=3)
+    module.load_state_dict(checkpoint["state_dict"], strict=_strict(strict, module))
     device = _device(map_location)
     return module if device is None else module.to(device)
+
+
+def _strict(strict: bool | None, module: Any) -> bool:
+    """``strict``, else the module's ``strict_loading``, else True; both given and different is an error (as
+    Lightning: the caller and the module disagree on whether missing keys are acceptable)."""
+    loading = getattr(module, "strict_loading", None)
+    if strict is not None and loading is not None and bool(strict) != bool(loading):
+        raise ValueError(f"load_from_checkpoint(strict={strict}) is in conflict with {type(module).__name__}."
+                         f"strict_loading={loading}: leave one of them unset, or set both the same.")
+    return bool(strict if strict is not None else (loading if loading is not None else True))
 
 
 def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, weights_only: bool | None,
@@ -132,9 +146,17 @@ def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _device(map_location: Any) -> torch.device | None:
+    """The device ``map_location`` puts the weights on. Ember reads them on the CPU, then moves the module; a
+    ``torch.load``-style dict (``{"cpu": "cuda:0"}``) or callable (``lambda storage, loc: storage``) is asked
+    where it sends a CPU tensor, as torch.load would ask it for each."""
     if map_location is None:
         return None
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
-    raise TypeError(f"load_from_checkpoint(map_location=...) takes a device or a device string (Ember loads "
-                    f"weights through safetensors, not torch.load). Received: {map_location!r}.")
+    if isinstance(map_location, dict):
+        return torch.device(map_location.get("cpu", "cpu"))
+    if callable(map_location):
+        moved = map_location(torch.zeros(1).untyped_storage(), "cpu")
+        return torch.device("cpu") if moved is None else moved.device
+    raise TypeError(f"load_from_checkpoint(map_location=...) takes a device, a device string, a dict of device "
+                    f"strings or a callable(storage, location), as torch.load. Received: {map_location!r}.")

@@ -16,6 +16,8 @@ from callbacks import EarlyStopping, ProgressBar
 from trainer import args as checks
 from trainer.compat import devices
 from trainer.compat.keywords import log_dir, logger_views
+from trainer.compat.loop_views import EvaluationLoopView, FitLoopView
+from trainer.compat.pickling import reduce_trainer
 from trainer.metrics.logger import to_python
 from trainer.states import TrainerFn, TrainerStatus
 
@@ -151,7 +153,9 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "gradient_clip_algorithm": ConfigField(),
     "val_check_interval": ConfigField(),
     "check_val_every_n_epoch": ConfigField(),
-    "num_sanity_val_steps": ConfigField(),
+    # -1 ("all of them") reads as Lightning shows it: inf.
+    "num_sanity_val_steps": Computed(lambda t: float("inf") if t.config.num_sanity_val_steps == -1
+                                     else t.config.num_sanity_val_steps),
     "limit_train_batches": ConfigField(),
     "limit_val_batches": ConfigField(),
     "limit_test_batches": ConfigField(),
@@ -214,6 +218,11 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "ckpt_path": PartField("checkpointer", "ckpt_path"),  # what the last fit / validate / ... loaded, or None
     "interrupted": Computed(lambda t: t.state.status == TrainerStatus.INTERRUPTED),
     "received_sigterm": Computed(lambda t: t.stop.preemption.received is not None),
+    # Lightning's loop objects, as read-only views over the state above (trainer.compat.loop_views).
+    "fit_loop": Computed(FitLoopView),
+    "validate_loop": Computed(lambda t: EvaluationLoopView(t, "validate")),
+    "test_loop": Computed(lambda t: EvaluationLoopView(t, "test")),
+    "predict_loop": Computed(lambda t: EvaluationLoopView(t, "predict")),
 }
 
 T = TypeVar("T", bound=type)
@@ -221,7 +230,8 @@ T = TypeVar("T", bound=type)
 
 def with_lightning_attributes(cls: T) -> T:
     """Class decorator: every ``LIGHTNING_ATTRIBUTES`` name as a descriptor of ``cls`` (refusing a clash with a
-    name ``cls`` defines itself)."""
+    name ``cls`` defines itself), and Lightning's pickling (``trainer.compat.pickling``)."""
+    cls.__reduce__ = reduce_trainer  # type: ignore[assignment]  # the stub types __reduce__ as object's method
     for name, view in LIGHTNING_ATTRIBUTES.items():
         if name in vars(cls):
             raise TypeError(f"{cls.__name__}.{name} is defined by the class and in LIGHTNING_ATTRIBUTES: keep one.")

@@ -1,4 +1,4 @@
-"""Lightning's ``lightning.pytorch.core.saving`` helpers: hyper-parameters to and from a YAML file.
+"""Lightning's ``lightning.pytorch.core.saving`` helpers: hyper-parameters to and from a YAML or a tags CSV file.
 
 Example:
     >>> import os, tempfile
@@ -11,7 +11,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import ast
+import csv
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +55,48 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike[str], hparams: Mapping[s
         raise TypeError(f"save_hparams_to_yaml takes a dict or a Namespace. Received: {type(hparams).__name__}.")
     with open(config_yaml, "w", newline="") as f:
         yaml.safe_dump({str(k): _representable(v) for k, v in hparams.items()}, f)
+
+
+def save_hparams_to_tags_csv(tags_csv: str | os.PathLike[str], hparams: Mapping[str, Any] | argparse.Namespace) -> None:
+    """Write ``hparams`` to ``tags_csv`` as Lightning's ``key,value`` rows (a header row, then one per name).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "tags.csv")
+        >>> save_hparams_to_tags_csv(path, {"lr": 0.01, "layers": [64, 32], "deep": True})
+        >>> load_hparams_from_tags_csv(path)
+        {'lr': 0.01, 'layers': [64, 32], 'deep': True}
+    """
+    folder = os.path.dirname(os.fspath(tags_csv))
+    if not os.path.isdir(folder):  # Lightning's words, then the fix
+        raise RuntimeError(f"Missing folder: {folder}. Create it before saving the tags there.")
+    if isinstance(hparams, argparse.Namespace):
+        hparams = vars(hparams)
+    with open(tags_csv, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["key", "value"])
+        writer.writerows([name, "" if value is None else value] for name, value in hparams.items())
+
+
+def load_hparams_from_tags_csv(tags_csv: str | os.PathLike[str]) -> dict[str, Any]:
+    """The hyper-parameters of a tags CSV (``save_hparams_to_tags_csv``), each value read back as the Python
+    literal it spells (``32``, ``0.001``, ``[1, 2]``, ``True``), else as its text; ``{}`` with a ``RuntimeWarning``
+    for a missing file, as in Lightning."""
+    if not os.path.isfile(tags_csv):
+        warnings.warn(f"Missing Tags: {os.fspath(tags_csv)}.", RuntimeWarning, stacklevel=2)
+        return {}
+    with open(tags_csv, newline="") as f:
+        rows = list(csv.reader(f))
+    return {row[0]: _literal(row[1]) for row in rows[1:]}
+
+
+def _literal(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return ast.literal_eval(text)  # a literal only: never code
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _representable(value: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from engine import Accelerator
+from trainer.evaluation.batch_counts import BatchCounts
 from trainer.evaluation.exact import drop_padding, metric_states_kept
 from trainer.evaluation.predict import gather_step
 from trainer.loop.hooks import HookTable
@@ -37,6 +38,7 @@ class EvaluationLoop:
         # be inference tensors, which the next training forward cannot update in place.
         self.grad_off = (torch.inference_mode if inference_mode and accelerator.backend.allows_inference_mode
                          else torch.no_grad)
+        self.batch_counts = BatchCounts()  # what trainer.fit_loop / validate_loop ... report (loop_views)
 
     def run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         """One validation or test run (or the sanity check): every loader's batches, then the epoch metrics."""
@@ -89,6 +91,9 @@ class EvaluationLoop:
         validate() / test() call outside fit, whose tracker rows are not training rows)."""
         metrics = self.metrics
         step, batch_start, batch_end = f"{x}_step", f"on_{x}_batch_start", f"on_{x}_batch_end"
+        counted = self._counted_as(stage)
+        if counted is not None:
+            self.batch_counts.start_run(counted, self.state.epoch)
         hooks.call(f"on_{x}_start")
         hooks.call(f"on_{x}_epoch_start")
         for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
@@ -105,14 +110,26 @@ class EvaluationLoop:
                     hooks.call(batch_start, *step_args)
                     with profile(hooks.profiler, step):
                         outputs = model(step, *step_args)
+                    if counted is not None:
+                        self.batch_counts.step_done(counted)
                     hooks.call(batch_end, outputs, *step_args)
+                if counted is not None:
+                    self.batch_counts.batch_done(counted)
                 if stage != "sanity_check":
                     self.trackers.log(metrics.step_values(), new_row=alone)
         metrics.dataloader_suffix = ""
+        if counted is not None:
+            self.batch_counts.end_run(counted)
         logged = stage != "sanity_check"
         results = to_python(self.epoch_end(f"on_{x}_epoch_end", hooks, log=logged, new_row=alone))
         hooks.call(f"on_{x}_end")
         return results
+
+    def _counted_as(self, stage: str) -> str | None:
+        """The ``BatchCounts`` loop a run of ``stage`` counts in (the sanity check counts in none)."""
+        if stage == "sanity_check":
+            return None
+        return "fit_validate" if stage == "validate" and self.state.fn == TrainerFn.FITTING else stage
 
     def predict(self, hooks: HookTable, return_predictions: bool | None) -> list[list[Any]]:
         """``predict_step`` over the plan's predict loaders; per loader, every process's predictions in order."""
@@ -130,6 +147,7 @@ class EvaluationLoop:
 
     def _predict_passes(self, hooks: HookTable, model: Any, loaders: list[Any], counts: list[int | None],
                         return_predictions: bool | None) -> list[list[Any]]:
+        self.batch_counts.start_run("predict", self.state.epoch)
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
@@ -140,9 +158,13 @@ class EvaluationLoop:
                 hooks.call("on_predict_batch_start", *step_args)
                 with profile(hooks.profiler, "predict_step"):
                     prediction = model("predict_step", *step_args)
+                self.batch_counts.step_done("predict")
                 hooks.call("on_predict_batch_end", prediction, *step_args)
+                self.batch_counts.batch_done("predict")
                 if return_predictions is not False:
                     results[dl_idx] += gather_step(self.accelerator, prediction)
+        self.batch_counts.end_run("predict")
+        self.batch_counts.predictions = results[0] if len(results) == 1 else results
         self.epoch_end("on_predict_epoch_end", hooks, log=False)
         hooks.call("on_predict_end")
         return results

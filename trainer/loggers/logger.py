@@ -51,6 +51,15 @@ class Logger:
     def __init__(self) -> None:
         self._tracker: GeneralTracker | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A logger pickles (Lightning's do, with the trainer) without its open run: the copy builds its own
+        tracker on first use, writing into the same version folder (the version is fixed here if it was not)."""
+        if isinstance(self, VersionedLogger):
+            _ = self.version  # fix the next free version now: the copy must not pick another one
+        state = dict(vars(self))
+        state["_tracker"] = None
+        return state
+
     # -- the tracker this logger is a view of -----------------------------------------------------------------
     @property
     def tracker(self) -> GeneralTracker:

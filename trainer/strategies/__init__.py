@@ -16,6 +16,7 @@ from trainer.strategies.ddp import DDPStrategy
 from trainer.strategies.deepspeed import DeepSpeedStrategy
 from trainer.strategies.fsdp import FSDPStrategy
 from trainer.strategies.model_parallel import ModelParallelStrategy
+from trainer.strategies.single_device import SingleDeviceStrategy
 
 # Names that run Ember's DDP. Lightning's spawn / fork / notebook variants start processes differently; Ember
 # always starts them through torch's launcher (the script is run again in every process).
@@ -40,7 +41,9 @@ def resolve_strategy(strategy: Any, world_size: int = 1, num_nodes: int = 1) -> 
     (a mesh is sized by them)."""
     if isinstance(strategy, str):
         name = strategy.lower()
-        if name in _DDP_NAMES:
+        if name in ("auto", "single_device") and world_size == 1:
+            strategy = SingleDeviceStrategy()  # Lightning's object for a one-process run
+        elif name in _DDP_NAMES:
             strategy = DDPStrategy()
         elif name == "ddp_find_unused_parameters_true":
             strategy = DDPStrategy(find_unused_parameters=True)
@@ -62,4 +65,4 @@ def resolve_strategy(strategy: Any, world_size: int = 1, num_nodes: int = 1) -> 
 
 
 __all__ = ["DEEPSPEED_NAMES", "STRATEGY_NAMES", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy",
-           "ModelParallelStrategy", "Strategy", "resolve_strategy"]
+           "ModelParallelStrategy", "SingleDeviceStrategy", "Strategy", "resolve_strategy"]

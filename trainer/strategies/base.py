@@ -55,7 +55,13 @@ class Strategy(ABC):
         its engine; returns what ``trainer.strategy`` is.
 
         A strategy another live Trainer holds is copied first: the Tuner's and the LR finder's search trainers are
-        built from the same config, and each Trainer's steps must go through its own (``backward``)."""
+        built from the same config, and each Trainer's steps must go through its own (``backward``).
+
+        Given a module instead (Lightning's ``trainer.strategy.connect(model)``), the module is attached to the
+        connected Trainer without running anything: ``trainer.lightning_module`` and ``model.trainer`` answer."""
+        if isinstance(trainer, torch.nn.Module):
+            self._trainer()._attach(trainer, None)
+            return self
         ref = self.__dict__.get("_trainer_ref")
         holder = ref() if ref is not None else None
         strategy = self if holder is None or holder is trainer else copy.copy(self)

@@ -93,9 +93,22 @@ def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -
     warnings.warn(message, stacklevel=stacklevel, **kwargs)
 
 
+class LightningDeprecationWarning(DeprecationWarning):
+    """The category of the trainer's deprecation warnings (Lightning's name), so a filter can single them out."""
+
+
 def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
-    """A ``DeprecationWarning`` on global rank 0 only."""
-    category = kwargs.pop("category", DeprecationWarning)
+    """A ``LightningDeprecationWarning`` on global rank 0 only.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     rank_zero_deprecation("old")
+        >>> [w.category.__name__ for w in caught] if rank_zero_only.rank == 0 else ["LightningDeprecationWarning"]
+        ['LightningDeprecationWarning']
+    """
+    category = kwargs.pop("category", LightningDeprecationWarning)
     rank_zero_warn(message, stacklevel=stacklevel, category=category, **kwargs)
 
 

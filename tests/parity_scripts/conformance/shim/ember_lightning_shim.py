@@ -32,6 +32,10 @@ import types
 from typing import Any
 
 MARK = "<lightning internal:"
+DEVICE_MARK = "<device only:"
+# Public names that exist for TPUs only (XLA): using one raises LightningDeviceOnly, which the runner counts as
+# "GPU/TPU/MPS-only"; importing one works, so a test file that imports it beside CPU tests still collects.
+DEVICE_ONLY_NAMES = frozenset({"XLAStrategy", "SingleDeviceXLAStrategy", "XLAFSDPStrategy", "XLAProfiler"})
 
 # Lightning module -> the Ember modules its names come from (searched in order). A listed package also resolves
 # the public names of its public submodules (``lightning.pytorch.callbacks.early_stopping.EarlyStopping``).
@@ -44,10 +48,12 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.callbacks": ("callbacks",),
     "lightning.pytorch.core": ("trainer.core", "trainer"),
     "lightning.pytorch.core.module": ("trainer.core", "trainer"),
-    "lightning.pytorch.core.datamodule": ("trainer.core", "trainer"),
+    "lightning.pytorch.core.datamodule": ("trainer.datamodule", "trainer.core", "trainer"),
     "lightning.pytorch.core.optimizer": ("trainer.core.optimizer",),
     "lightning.pytorch.core.saving": ("trainer.core.saving",),
     "lightning.pytorch.core.hooks": ("trainer.core.hooks",),
+    "lightning.pytorch.core.mixins": ("trainer.hparams",),
+    "lightning.pytorch.core.mixins.hparams_mixin": ("trainer.hparams",),
     "lightning.pytorch.loggers": ("trainer.loggers",),
     "lightning.pytorch.profilers": ("trainer.profiling",),
     "lightning.pytorch.strategies": ("trainer.strategies",),
@@ -56,6 +62,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.cli": ("trainer.cli",),
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
+    "lightning.pytorch.utilities.parsing": ("trainer.utilities.parsing", "trainer.hparams"),
     "lightning.pytorch.utilities.combined_loader": ("trainer.utilities.combined_loader",),
     "lightning.pytorch.utilities.types": ("trainer.utilities.types",),
     "lightning.pytorch.utilities.enums": ("trainer.utilities.enums",),
@@ -63,6 +70,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.utilities.exceptions": ("trainer.utilities.exceptions",),
     "lightning.pytorch.utilities.warnings": ("trainer.utilities.warnings",),
     "lightning.fabric.utilities.seed": ("trainer.utilities.seed",),
+    "lightning.fabric.utilities.spike": ("callbacks.spike",),
     "lightning.fabric.utilities.rank_zero": ("trainer.utilities.rank_zero",),
     "lightning.fabric.utilities.exceptions": ("trainer.utilities.exceptions",),
     "lightning.fabric.utilities.warnings": ("trainer.utilities.warnings",),
@@ -70,7 +78,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
 # Lightning submodule -> Ember submodule of the mapped package, where the names differ.
 SUBMODULES = {"model_checkpoint": "checkpoint", "stochastic_weight_avg": "weight_averaging",
               "gradient_accumulation_scheduler": "accumulation", "throughput_monitor": "throughput",
-              "progress.tqdm_progress": "progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
+              "progress.tqdm_progress": "tqdm_progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
               "tuning": "tuner", "device_stats_monitor": "device_stats"}
 # Packages whose public submodules resolve through the package itself.
 PUBLIC_PACKAGES = ("lightning.pytorch.callbacks", "lightning.pytorch.loggers", "lightning.pytorch.profilers",
@@ -98,6 +106,10 @@ HARNESS = ("lightning.pytorch.utilities.imports", "lightning.fabric.utilities.im
 
 class LightningInternalUsed(Exception):
     """A test used a Lightning internal that has no Ember counterpart by design."""
+
+
+class LightningDeviceOnly(LightningInternalUsed):
+    """A test used a name that exists for a device this harness does not run (a TPU)."""
 
 
 def _internal_error(path: str) -> LightningInternalUsed:
@@ -149,6 +161,23 @@ def placeholder(path: str) -> Any:
     return cls
 
 
+class _DeviceOnlyMeta(_InternalMeta):
+    """Placeholders of device-only names: every use raises ``LightningDeviceOnly``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise LightningDeviceOnly(f"{DEVICE_MARK} {cls._path}> needs a TPU")
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return False  # nothing in an Ember run is one
+
+
+def device_placeholder(path: str) -> Any:
+    """A stand-in for the device-only public name ``path``."""
+    cls = type.__new__(_DeviceOnlyMeta, path.rsplit(".", 1)[-1], (), {})
+    type.__setattr__(cls, "_path", path)
+    return cls
+
+
 class ShimModule(types.ModuleType):
     """A Lightning module whose names come from Ember modules (``sources``); private names are placeholders."""
 
@@ -165,6 +194,8 @@ class ShimModule(types.ModuleType):
             if hasattr(module, name):
                 return getattr(module, name)
         full = f"{self.__name__}.{name}"
+        if name in DEVICE_ONLY_NAMES:
+            return device_placeholder(full)
         if _lightning_has_module(full):
             return importlib.import_module(full)
         if self._shim_internal or name.startswith("_") or name in INTERNAL_NAMES or full in INTERNAL_QUALIFIED:
@@ -269,7 +300,12 @@ class _Loader(importlib.abc.Loader):
             return module
         sources = _public_sources(name)
         if sources is not None:
-            return ShimModule(name, sources, internal=False)
+            module = ShimModule(name, sources, internal=False)
+            if name == "lightning.pytorch":  # the Lightning release whose checkpoint layout Ember writes
+                from trainer.checkpoint.lightning_format import LIGHTNING_VERSION
+
+                module.__dict__["__version__"] = LIGHTNING_VERSION
+            return module
         # A Lightning module Ember does not map: machinery is internal; a public one lacks every name.
         return ShimModule(name, (), internal=_is_internal(name))
 

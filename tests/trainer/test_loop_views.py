@@ -1,0 +1,156 @@
+"""``trainer.fit_loop`` / ``validate_loop`` / ``test_loop`` / ``predict_loop``: read-only views of Ember's state
+that read as Lightning 2.6.6's loop objects do (values recorded with ``tests/parity_scripts/record_loop_views.py``
+on Lightning: 3 training batches per epoch, 2 epochs, validation of 2 batches after every 2nd training batch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from callbacks import Callback
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import Trainer
+
+
+def _counts(progress: Any) -> tuple[int, int, int, int]:
+    return progress.ready, progress.started, progress.processed, progress.completed
+
+
+class LoopReader(Callback):
+    """What the loop views read at a few hooks (the parts Lightning's tests and user code read)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[Any]] = {}
+
+    def _read(self, trainer: Any, hook: str) -> None:
+        loop = trainer.fit_loop
+        self.seen.setdefault(hook, []).append({
+            "total_batch_idx": loop.total_batch_idx,
+            "batch_idx": loop.batch_idx,
+            "epoch": _counts(loop.epoch_progress.total),
+            "val_total": _counts(loop.epoch_loop.val_loop.batch_progress.total),
+            "val_current": _counts(loop.epoch_loop.val_loop.batch_progress.current),
+            "global_step": loop.epoch_loop.global_step,
+        })
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        self._read(trainer, "on_validation_start")
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self._read(trainer, "on_validation_end")
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self._read(trainer, "on_train_epoch_end")
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self._read(trainer, "on_train_end")
+
+
+@pytest.fixture
+def run() -> tuple[Trainer, LoopReader]:
+    reader = LoopReader()
+    trainer = Trainer(**{**QUIET, "max_epochs": 2, "limit_val_batches": 2, "val_check_interval": 2,
+                         "callbacks": [reader]})
+    loader = data(n=12, batch_size=4)  # 3 batches
+    trainer.fit(Regressor(), loader, loader)
+    return trainer, reader
+
+
+def test_fit_loop_counters_during_fit_read_as_lightning(run: tuple[Trainer, LoopReader]) -> None:
+    _, reader = run
+    # Lightning 2.6.6 (record_loop_views.py): validation starts after batch index 1, then 4 (total over epochs).
+    assert [s["total_batch_idx"] for s in reader.seen["on_validation_start"]] == [1, 4]
+    assert [s["batch_idx"] for s in reader.seen["on_validation_start"]] == [1, 1]
+    assert [s["epoch"] for s in reader.seen["on_validation_start"]] == [(1, 1, 0, 0), (2, 2, 1, 1)]
+    assert [s["val_total"] for s in reader.seen["on_validation_end"]] == [(2, 2, 2, 2)] * 2
+    # At an epoch's end: that epoch processed, not completed; its validation batches counted in the total.
+    assert [s["epoch"] for s in reader.seen["on_train_epoch_end"]] == [(1, 1, 1, 0), (2, 2, 2, 1)]
+    assert [s["val_total"] for s in reader.seen["on_train_epoch_end"]] == [(2, 2, 2, 2)] * 2
+    assert [s["global_step"] for s in reader.seen["on_train_epoch_end"]] == [3, 6]
+    assert reader.seen["on_train_end"][0]["epoch"] == (2, 2, 2, 2)
+
+
+def test_fit_loop_after_fit_reads_as_lightning(run: tuple[Trainer, LoopReader]) -> None:
+    trainer, _ = run
+    loop = trainer.fit_loop
+    assert (loop.max_epochs, loop.min_epochs, loop.max_steps, loop.min_steps) == (2, 0, -1, None)
+    assert (loop.total_batch_idx, loop.batch_idx, loop.done, loop.restarting) == (5, 2, True, False)
+    assert _counts(loop.epoch_progress.current) == (2, 2, 2, 2)
+    assert loop.epoch_progress.current.processed == trainer.current_epoch == 2
+    batches = loop.epoch_loop.batch_progress
+    assert (_counts(batches.total), _counts(batches.current), batches.is_last_batch) == (
+        (6, 6, 6, 6), (3, 3, 3, 3), True)
+    assert _counts(loop.epoch_loop.val_loop.batch_progress.total) == (2, 2, 2, 2)
+
+
+def test_evaluation_loops_count_their_batches(run: tuple[Trainer, LoopReader]) -> None:
+    trainer, _ = run
+    loader = data(n=12, batch_size=4)
+    trainer.test(trainer.module, dataloaders=loader, verbose=False)
+    assert _counts(trainer.test_loop.batch_progress.total) == (3, 3, 3, 3)
+    assert trainer.test_loop.batch_progress.is_last_batch
+    predictions = trainer.predict(trainer.module, dataloaders=loader)
+    assert _counts(trainer.predict_loop.batch_progress.current) == (3, 3, 3, 3)
+    assert trainer.predict_loop.predictions is not None and len(trainer.predict_loop.predictions) == len(predictions)
+    assert _counts(trainer.validate_loop.batch_progress.total) == (0, 0, 0, 0)  # validate() never ran
+
+
+def test_loop_views_are_read_only_but_the_limits_can_be_raised(run: tuple[Trainer, LoopReader]) -> None:
+    trainer, _ = run
+    with pytest.raises(AttributeError, match="read-only view"):
+        trainer.fit_loop.epoch_progress = None
+    with pytest.raises(AttributeError, match="read-only view"):
+        trainer.fit_loop.epoch_loop.val_loop.batch_progress = None
+    trainer.fit_loop.max_epochs = 3  # as Lightning scripts do before another fit
+    assert trainer.max_epochs == 3 and trainer.fit_loop.max_epochs == 3
+    trainer.fit_loop.epoch_loop.max_steps = 20
+    assert trainer.max_steps == 20
+
+
+def test_fit_validation_total_counts_the_current_epoch_only() -> None:
+    """Lightning resets fit's validation total when an epoch starts: an epoch without validation reads 0."""
+    totals: list[int] = []
+
+    class Reader(Callback):
+        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+            totals.append(trainer.fit_loop.epoch_loop.val_loop.batch_progress.total.completed)
+
+    trainer = Trainer(**{**QUIET, "max_epochs": 4, "limit_val_batches": 1, "check_val_every_n_epoch": 2,
+                         "callbacks": [Reader()]})
+    trainer.fit(Regressor(), data(), data())
+    assert totals == [0, 1, 0, 1]
+
+
+def test_restarting_is_true_only_where_a_resume_started(tmp_path: Any) -> None:
+    seen: list[bool] = []
+
+    class Reader(Callback):
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            seen.append(trainer.fit_loop.restarting)
+
+    kwargs = {**QUIET, "enable_checkpointing": True, "project_dir": str(tmp_path), "log_with": None}
+    Trainer(**{**kwargs, "max_epochs": 1}).fit(Regressor(), data())
+    trainer = Trainer(**{**kwargs, "max_epochs": 3, "callbacks": [Reader()]})
+    trainer.fit(Regressor(), data(), ckpt_path="last")
+    assert seen == [True, False]  # the resumed epoch starts where the checkpoint stood; the next does not
+
+
+def test_fit_loop_state_dict_is_the_checkpoints_loops_entry(run: tuple[Trainer, LoopReader], tmp_path: Any) -> None:
+    trainer, _ = run
+    path = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(str(path))
+    assert trainer.fit_loop.state_dict() == torch.load(path, weights_only=True)["loops"]["fit_loop"]
+
+
+@pytest.mark.parametrize(("max_epochs", "max_steps", "done"), [
+    (None, -1, False), (-1, -1, False), (5, -1, False), (-1, 10, False), (None, 0, True), (0, -1, True),
+    (-1, 0, True)])
+def test_fit_loop_done_before_fit_as_lightning(max_epochs: int | None, max_steps: int, done: bool) -> None:
+    assert Trainer(**QUIET, max_epochs=max_epochs, max_steps=max_steps).fit_loop.done is done
+
+
+def test_all_sanity_steps_read_as_inf() -> None:
+    assert Trainer(**{**QUIET, "num_sanity_val_steps": -1}).num_sanity_val_steps == float("inf")
+    assert Trainer(**{**QUIET, "num_sanity_val_steps": 2}).num_sanity_val_steps == 2
