@@ -289,10 +289,10 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         before = _Replaced({key: (ref, renamed.get(name, name)) for key, (ref, name) in earlier.items()})
     for unit in units:
         fully_shard(unit, **kwargs)
-    # The root keeps its parameters gathered from forward to backward (torch's own default, `None`, for a root):
-    # backward needs them at once, so resharding them would cost an all-gather per step and lower no peak. Units
-    # reshard as the plugin says; reshard_after_forward=False keeps every module gathered.
-    fully_shard(model, **{**kwargs, "reshard_after_forward": kwargs["reshard_after_forward"] and None})
+    # The root reshards after forward like the units. Keeping it gathered (torch's root default, Accelerate 1.15's
+    # choice) saves one all-gather per step, but leaves it unsharded after a forward without backward (an
+    # evaluation): HSDP's state dicts then hold DTensors. Open in issue 41 until the state-dict paths reshard first.
+    fully_shard(model, **kwargs)
     setattr(model, _REPLACED_ATTR, before)
     _SHARDED_MODELS.add(model)
     PartialState.register_teardown(release_fsdp_groups)
