@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -125,15 +126,43 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
             datamodule.teardown(stage)
         hooks.call("teardown", stage)
     except BaseException as error:
-        try:
-            hooks.call_callbacks("on_exception", error)
-        finally:
+        # torchrun's agent SIGTERMs the surviving ranks as soon as one dies; held until this rank has said where
+        # the run can resume from (then delivered: the process ends as the agent asked, the line printed).
+        with held_signals((signal.SIGTERM,), accelerator.num_processes > 1 and not owner_ends):
             try:
-                trackers.finish()
+                hooks.call_callbacks("on_exception", error)
             finally:
-                if not owner_ends:
-                    end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))
+                try:
+                    trackers.finish()
+                finally:
+                    if not owner_ends:
+                        end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))
         raise
+
+
+@contextlib.contextmanager
+def held_signals(signals: tuple[int, ...], hold: bool) -> Iterator[None]:
+    """Block ``signals`` inside the block (main thread, when ``hold``); one that arrived meanwhile is delivered
+    when the block ends, to whatever handler is then in place.
+
+    Example:
+        >>> received = []
+        >>> previous = signal.signal(signal.SIGUSR1, lambda number, frame: received.append(number))
+        >>> with held_signals((signal.SIGUSR1,), True):
+        ...     os.kill(os.getpid(), signal.SIGUSR1)
+        ...     held = list(received)
+        >>> held, received == [signal.SIGUSR1]
+        ([], True)
+        >>> _ = signal.signal(signal.SIGUSR1, previous)
+    """
+    if not hold or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _hint(stage: str, newest: Callable[[], str | None], processes: int) -> str:
