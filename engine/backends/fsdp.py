@@ -289,14 +289,34 @@ def apply_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         before = _Replaced({key: (ref, renamed.get(name, name)) for key, (ref, name) in earlier.items()})
     for unit in units:
         fully_shard(unit, **kwargs)
-    # The root reshards after forward like the units. Keeping it gathered (torch's root default, Accelerate 1.15's
-    # choice) saves one all-gather per step, but leaves it unsharded after a forward without backward (an
-    # evaluation): HSDP's state dicts then hold DTensors. Open in issue 41 until the state-dict paths reshard first.
-    fully_shard(model, **kwargs)
+    # The root keeps its parameters gathered from forward to backward (torch's own default, `None`, for a root):
+    # backward needs them at once, so resharding them would cost an all-gather per step and lower no peak. Units
+    # reshard as the plugin says; reshard_after_forward=False keeps every module gathered.
+    fully_shard(model, **{**kwargs, "reshard_after_forward": kwargs["reshard_after_forward"] and None})
+    if kwargs["reshard_after_forward"]:
+        model.register_forward_hook(_reshard_without_backward)
     setattr(model, _REPLACED_ATTR, before)
     _SHARDED_MODELS.add(model)
     PartialState.register_teardown(release_fsdp_groups)
     return model
+
+
+def _reshard_without_backward(module: torch.nn.Module, args: Any, output: Any) -> None:
+    """The root's forward hook: a forward without grad (an evaluation) has no backward to reshard the root, and
+    parameters left gathered at rest would go stale once a load or an optimizer step changes the shards."""
+    if not torch.is_grad_enabled():
+        cast(FSDPModule, module).reshard()
+
+
+def at_rest(*models: torch.nn.Module) -> None:
+    """Reshard every FSDP unit of ``models`` still gathered (a root between forward and backward, or every unit
+    under ``reshard_after_forward=False``), so that state dicts read and write the shards: gathered parameters
+    read as plain tensors beside DTensors, and a load into the shards would leave them stale. Local: no
+    communication."""
+    for model in models:
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
 
 def release_fsdp_groups() -> None:
@@ -401,6 +421,7 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = True) -> dict[str
 
     if not holds_dtensors(model):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    at_rest(model)
     # A model's state dict holds tensors only (torch types it with the values an optimizer's may hold too).
     if rank0_only:
         return cast(dict[str, torch.Tensor],
@@ -420,6 +441,7 @@ def load_full_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tenso
     if not holds_dtensors(model):
         model.load_state_dict(dict(state), strict=strict)
         return
+    at_rest(model)
     set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))
 
 

@@ -42,6 +42,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from engine.backends.fsdp import at_rest
 from engine.checkpoint.io import CheckpointError, UnsafeCheckpointError
 
 METADATA_FILE = ".metadata"
@@ -192,6 +193,7 @@ def owner_model(optimizer: Any, models: Sequence[torch.nn.Module]) -> torch.nn.M
 def save_sharded(folder: str, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]) -> list[str]:
     """Write each model's and optimizer's shards under ``folder``; returns the folder names written."""
     written = []
+    at_rest(*models)
     for i, model in enumerate(models):
         _write(dict(get_model_state_dict(model)), os.path.join(folder, sharded_model_dir(i)))
         written.append(sharded_model_dir(i))
@@ -205,6 +207,7 @@ def save_sharded(folder: str, models: Sequence[torch.nn.Module], optimizers: Seq
 
 def load_sharded_model(folder: str, index: int, model: torch.nn.Module, strict: bool = True) -> None:
     """Load model ``index``'s shards from ``folder`` into ``model`` (sharded or not, any number of ranks)."""
+    at_rest(model)
     state = dict(get_model_state_dict(model))
     _read(state, os.path.join(folder, sharded_model_dir(index)), strict=strict)
     set_model_state_dict(model, state, options=StateDictOptions(strict=strict))
@@ -213,6 +216,7 @@ def load_sharded_model(folder: str, index: int, model: torch.nn.Module, strict: 
 def load_sharded_optimizer(folder: str, index: int, optimizer: Any, models: Sequence[torch.nn.Module]) -> None:
     """Load optimizer ``index``'s shards from ``folder`` into ``optimizer`` (any number of ranks)."""
     owner = owner_model(optimizer, models)
+    at_rest(owner)
     # get_optimizer_state_dict creates the lazily built state (zero steps) so DCP has tensors to fill.
     state = dict(get_optimizer_state_dict(owner, _inner(optimizer)))
     _read(state, os.path.join(folder, sharded_optimizer_dir(index)))
@@ -248,6 +252,7 @@ def full_optimizer_state_dict(optimizer: Any, model: torch.nn.Module) -> dict[st
     A collective: every rank must call it.
     """
     inner = _inner(optimizer)
+    at_rest(model)
     # Keyed by parameter name in optimizer.state_dict()'s layout ("state", "param_groups").
     full: dict[str, Any] = get_optimizer_state_dict(model, inner,
                                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -272,6 +277,7 @@ def load_full_optimizer_state_dict(optimizer: Any, model: torch.nn.Module, state
                          f"{[len(g['params']) for g in saved_groups]}, this optimizer "
                          f"{[len(g['params']) for g in inner.param_groups]}: build the optimizer as when saving.")
     position = {saved: i for i, saved in enumerate(p for g in saved_groups for p in g["params"])}
+    at_rest(model)
     by_name: dict[str, Any] = {"state": {names[position[k]]: v for k, v in state["state"].items()},
                "param_groups": [{**g, "params": [names[position[p]] for p in g["params"]]} for g in saved_groups]}
     set_optimizer_state_dict(model, inner, by_name, options=StateDictOptions(full_state_dict=True))
@@ -311,6 +317,7 @@ def async_save_shards(folder: str, models: Sequence[torch.nn.Module], optimizers
     A collective: every rank calls it.
     """
     uploads: list[tuple[str, Future[Any]]] = []
+    at_rest(*models)
 
     def optimizer_state(optimizer: Any) -> Mapping[str, Any]:
         return get_optimizer_state_dict(owner_model(optimizer, models), _inner(optimizer))

@@ -211,3 +211,54 @@ def test_save_model_writes_one_consolidated_safetensors_file(run_distributed: An
     for name, value in expected.items():
         torch.testing.assert_close(written[name], value, rtol=0, atol=0)
 
+
+
+def _all_gathers_per_step() -> tuple[int, int, bool, bool]:
+    """All-gathers of one training step: Ember's FSDP2 backend, then torch's own fully_shard on the same units;
+    then whether every parameter is sharded at rest after an evaluation forward (Ember's, torch's)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from engine import Accelerator
+
+    calls = []
+    for name in ("all_gather_into_tensor", "all_gather_single"):
+        original = getattr(distributed_c10d, name)
+
+        def counted(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            calls.append(1)
+            return __original(*args, **kwargs)
+
+        for module in (dist, distributed_c10d):
+            setattr(module, name, counted)
+
+    def one_step(model: torch.nn.Module, backward: Any) -> int:
+        x, y = _batch(0, 2, dist.get_rank())
+        before = len(calls)
+        backward(F.mse_loss(model(x), y))
+        return len(calls) - before
+
+    acc = Accelerator(fsdp_plugin=_plugin())
+    ember = acc.prepare(_net())
+    ours = one_step(ember, acc.backward)
+    raw = _net()
+    for block in raw.modules():
+        if isinstance(block, Block):
+            fully_shard(block)
+    fully_shard(raw)  # torch's defaults: units reshard after forward, the root does not
+    torchs = one_step(raw, lambda loss: loss.backward())
+    with torch.no_grad():
+        ember(_batch(0, 2, dist.get_rank())[0])
+        raw(_batch(0, 2, dist.get_rank())[0])
+    return ours, torchs, *(all(isinstance(p, DTensor) for p in m.parameters()) for m in (ember, raw))
+
+
+def test_a_step_makes_no_more_all_gathers_than_torchs_own_fully_shard(run_distributed: Any) -> None:
+    # Issue 41: resharding the root after forward cost one all-gather per step (backward needs it at once).
+    ours, torchs, ours_at_rest, torchs_at_rest = run_distributed(_all_gathers_per_step, 2)[0]
+    assert ours == torchs == 5  # two Block units: forward + backward each; the root: forward only
+    # A forward without backward (an evaluation) leaves torch's root gathered; Ember's reshards it, so a load or
+    # an optimizer step never leaves stale gathered parameters behind, and state dicts see shards only.
+    assert (ours_at_rest, torchs_at_rest) == (True, False)
