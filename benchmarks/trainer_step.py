@@ -8,8 +8,8 @@ import ...``: run it with a Python that has Lightning). ``--backend``: ``ddp`` (
 (``ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)``: the module splits each pair of Linear
 layers column- then row-wise in ``configure_model``). The model and step are ``backend_step.py``'s: ``--layers``
 x ``Linear(--width, --width)``, AdamW, fp32, ``loss = out.square().mean()``; a callback times each training batch
-(``on_train_batch_start`` to ``on_train_batch_end``) after ``--warmup`` batches and counts the collectives in the
-timed ones (``backend_step.count_collectives``). Rank 0 writes them to ``--out``.
+from its ``on_train_batch_start`` to the next batch's (all the Trainer does per batch, in whichever hook) after
+``--warmup`` batches and counts the collectives in the timed ones (``backend_step.count_collectives``). Rank 0 writes them to ``--out``.
 
 The losses differ from Lightning's by design, not by arithmetic: Lightning puts a shuffling ``DistributedSampler``
 on every training loader, Ember splits the loader's own order (the porting page's deliberate difference), so
@@ -79,21 +79,27 @@ def main() -> None:
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
     class Clock(Callback):  # type: ignore[misc, valid-type]
+        """A step is timed from one training batch's start to the next one's: everything the Trainer does per
+        batch (fetching it, the hooks, forward, backward, the optimizer step, logging) falls inside, whichever
+        hook each Trainer happens to do it in."""
+
         def __init__(self) -> None:
-            self.times: list[float] = []
-            self.start = 0.0
+            self.starts: list[float] = []
             self.losses: list[float] = []
 
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
             if batch_idx == args.warmup:
                 counts.clear()
-            self.start = time.perf_counter()
+            if batch_idx >= args.warmup:
+                self.starts.append(time.perf_counter())
 
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            if batch_idx >= args.warmup:
-                self.times.append((time.perf_counter() - self.start) * 1000)
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.losses.append(float(loss.detach()))
+
+        @property
+        def times(self) -> list[float]:
+            return [(after - before) * 1000 for before, after in zip(self.starts, self.starts[1:])]
 
     total = args.warmup + args.steps
     generator = torch.Generator().manual_seed(1000)
@@ -107,7 +113,7 @@ def main() -> None:
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       callbacks=[clock])
     trainer.fit(Stack(), loader)
-    timed = len(clock.times) or 1
+    timed = len(clock.starts) or 1
     if trainer.global_rank == 0:
         with open(args.out, "w") as f:
             json.dump({"api": args.framework, "backend": args.backend, "built": f"{args.framework} Trainer",
