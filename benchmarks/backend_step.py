@@ -5,7 +5,9 @@
 ``--api``: ``engine`` (``from engine import Accelerator``), ``accelerate`` (``from accelerate import
 Accelerator``: run it with a Python that has Accelerate), ``deepspeed`` (raw ``deepspeed.initialize``, for the
 ZeRO backends) or ``torch`` (raw ``DistributedDataParallel`` / ``fully_shard``, for ddp and fsdp2).
-``--backend``: ``ddp``, ``fsdp2``, ``zero1``, ``zero2``, ``zero3``.
+``--backend``: ``ddp``, ``fsdp2``, ``zero1``, ``zero2``, ``zero3``, ``tp`` (tensor parallel over both processes: the
+engine's ``tp_plan`` vs raw ``parallelize_module`` with the same plan; its all-reduces are functional collectives,
+which the Python counter does not see: the aten count compares them).
 
 The model is ``--layers`` x ``Linear(--width, --width)`` (seed 0), AdamW, fp32, a micro batch of ``--batch`` per
 process; each step is forward, ``loss = out.square().mean()``, backward, optimizer step, zero_grad. Rank 0 writes
@@ -81,15 +83,42 @@ def deepspeed_config(stage: int, batch: int) -> dict[str, Any]:
             "fp16": {"enabled": False}, "bf16": {"enabled": False}}
 
 
+Checkpoint = tuple[Callable[[str], Any], Callable[[str], Any]]  # save(folder), load(folder)
+
+
+def tp_plan(layers: int) -> dict[str, str]:
+    """Each pair of Linear layers split column- then row-wise: one all-reduce per pair forward and backward."""
+    return {str(i): "colwise" if i % 2 == 0 else "rowwise" for i in range(layers)}
+
+
+def dcp_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Checkpoint:
+    """Raw ``torch.distributed.checkpoint`` of the model and optimizer (what Ember's sharded layout writes, without
+    its fsync, manifest and atomic commit)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    def save(folder: str) -> None:
+        weights, optim = get_state_dict(model, optimizer)
+        dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder)
+
+    def load(folder: str) -> None:
+        weights, optim = get_state_dict(model, optimizer)
+        state = {"model": weights, "optimizer": optim}
+        dcp.load(state, checkpoint_id=folder)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+    return save, load
+
+
 def build(api: str, backend: str, layers: int, width: int,
-          batch: int) -> tuple[Callable[[torch.Tensor], float], str, Any]:
-    """A function running one step on a batch (returns the loss), a description of what was built, and the
-    Accelerator (None for the raw APIs)."""
+          batch: int) -> tuple[Callable[[torch.Tensor], float], str, Checkpoint | None]:
+    """A function running one step on a batch (returns the loss), a description of what was built, and how each
+    API saves and loads the state (``save_state`` / ``load_state``; raw DCP; DeepSpeed's own checkpoints)."""
     model, optimizer = model_and_optimizer(layers, width)
     stage = int(backend[-1]) if backend.startswith("zero") else None
     if api in ("engine", "accelerate"):
         if api == "engine":
-            from engine import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin
+            from engine import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin, ParallelismConfig
         else:
             from accelerate import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin
         # cpu=True for DDP and FSDP2 (without it, Accelerate on a machine without a GPU runs each process alone:
@@ -99,6 +128,9 @@ def build(api: str, backend: str, layers: int, width: int,
             kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=deepspeed_config(stage, batch))
         elif backend == "fsdp2":
             kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
+        elif backend == "tp":
+            kwargs["parallelism_config"] = ParallelismConfig(tp_size=2)
+            model.tp_plan = tp_plan(layers)  # type: ignore[assignment]  # the engine's attribute for a plan
         accelerator = Accelerator(**kwargs)
         model, optimizer = accelerator.prepare(model, optimizer)
 
@@ -109,7 +141,7 @@ def build(api: str, backend: str, layers: int, width: int,
             optimizer.zero_grad()
             return float(loss.detach())
 
-        return step, f"{api} {accelerator.distributed_type}", accelerator
+        return step, f"{api} {accelerator.distributed_type}", (accelerator.save_state, accelerator.load_state)
     if api == "deepspeed":
         import deepspeed
 
@@ -122,7 +154,7 @@ def build(api: str, backend: str, layers: int, width: int,
             engine.step()
             return float(loss.detach())
 
-        return ds_step, "deepspeed", None
+        return ds_step, "deepspeed", (engine.save_checkpoint, engine.load_checkpoint)
     if api == "torch":
         dist.init_process_group("gloo")
         if backend == "ddp":
@@ -132,8 +164,16 @@ def build(api: str, backend: str, layers: int, width: int,
 
             wrapped = fully_shard(model)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)  # over the sharded parameters
+        elif backend == "tp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+            wrapped = parallelize_module(model, init_device_mesh("cpu", (dist.get_world_size(),)),
+                                         {name: styles[style]() for name, style in tp_plan(layers).items()})
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)  # over the split parameters
         else:
-            raise SystemExit(f"--api torch runs ddp and fsdp2, not {backend}")
+            raise SystemExit(f"--api torch runs ddp, fsdp2 and tp, not {backend}")
 
         def torch_step(x: torch.Tensor) -> float:
             loss = wrapped(x).square().mean()
@@ -142,7 +182,7 @@ def build(api: str, backend: str, layers: int, width: int,
             optimizer.zero_grad()
             return float(loss.detach())
 
-        return torch_step, "torch", None
+        return torch_step, "torch", dcp_checkpoint(model, optimizer) if backend != "ddp" else None
     raise SystemExit(f"unknown --api {api!r}")
 
 
@@ -157,16 +197,16 @@ def ops_per_step(step: Callable[[torch.Tensor], float], batch: torch.Tensor, ste
     return sum(event.count for event in prof.key_averages() if event.key.startswith("aten::")) / steps
 
 
-def checkpoint_times(accelerator: Any, out: str, rounds: int) -> tuple[list[float], list[float]]:
-    """Wall ms of ``rounds`` ``save_state`` calls (each into a new folder) and of ``load_state`` of each, every
-    process between two barriers; the folders are removed untimed."""
+def checkpoint_times(checkpoint: Checkpoint | None, out: str, rounds: int) -> tuple[list[float], list[float]]:
+    """Wall ms of ``rounds`` saves (each into a new folder) and of the load of each, every process between two
+    barriers; the folders are removed untimed."""
     saves: list[float] = []
     loads: list[float] = []
-    if accelerator is None:
+    if checkpoint is None:
         return saves, loads
     for round_ in range(rounds):
         folder = f"{out}.state{round_}"
-        for action, record in ((accelerator.save_state, saves), (accelerator.load_state, loads)):
+        for action, record in ((checkpoint[0], saves), (checkpoint[1], loads)):
             dist.barrier()
             start = time.perf_counter()
             action(folder)
@@ -180,7 +220,7 @@ def checkpoint_times(accelerator: Any, out: str, rounds: int) -> tuple[list[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--api", required=True, choices=("engine", "accelerate", "deepspeed", "torch"))
-    parser.add_argument("--backend", required=True, choices=("ddp", "fsdp2", "zero1", "zero2", "zero3"))
+    parser.add_argument("--backend", required=True, choices=("ddp", "fsdp2", "zero1", "zero2", "zero3", "tp"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--width", type=int, default=1024)
@@ -188,14 +228,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--save-rounds", type=int, default=0,
-                        help="then time this many save_state / load_state pairs (Accelerator APIs only)")
+                        help="then time this many saves and loads of the whole state")
     args = parser.parse_args()
     torch.set_num_threads(1)  # two processes on two cores: one thread each, the same for every API
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecations, once per step otherwise
     counts = count_collectives()
-    step, built, accelerator = build(args.api, args.backend, args.layers, args.width, args.batch)
+    step, built, checkpoint = build(args.api, args.backend, args.layers, args.width, args.batch)
     rank = int(os.environ.get("RANK", "0"))
-    generator = torch.Generator().manual_seed(1000 + rank)
+    # Tensor-parallel ranks compute on the same batch; data-parallel ones on their own.
+    generator = torch.Generator().manual_seed(1000 + (0 if args.backend == "tp" else rank))
     batches = [torch.randn(args.batch, args.width, generator=generator) for _ in range(8)]
     for i in range(args.warmup):
         step(batches[i % len(batches)])
@@ -208,7 +249,7 @@ def main() -> None:
         times.append((time.perf_counter() - start) * 1000)
     per_step = {name: count / args.steps for name, count in sorted(counts.items())}
     ops = ops_per_step(step, batches[0])
-    saves, loads = checkpoint_times(accelerator, args.out, args.save_rounds)
+    saves, loads = checkpoint_times(checkpoint, args.out, args.save_rounds)
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump({"api": args.api, "backend": args.backend, "built": built, "ms": times,

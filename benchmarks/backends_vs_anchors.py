@@ -12,6 +12,7 @@ The pairs, per backend:
 - ``ddp``: Ember vs Accelerate, vs raw ``DistributedDataParallel``;
 - ``fsdp2``: Ember vs raw ``fully_shard`` (Accelerate 1.15 drops its FSDP plugin on a CPU);
 - ``zero1`` / ``zero2`` / ``zero3``: Ember vs Accelerate, vs raw ``deepspeed.initialize``;
+- ``tp``: the engine's ``tp_plan`` (``ParallelismConfig(tp_size=2)``) vs raw ``parallelize_module``;
 - ``trainer-ddp`` / ``trainer-tp``: Ember's ``Trainer`` vs Lightning's (``strategy="ddp"``;
   ``ModelParallelStrategy(tensor_parallel_size=2)``), the same module by import swap, each batch timed by a
   callback (``benchmarks/trainer_step.py``; the anchor Python needs ``lightning==2.6.6`` too).
@@ -22,9 +23,9 @@ median ms per step (the median over rounds of each run's median) with the range 
 anchor / Ember (>= 1.0: Ember no slower), the collectives per step each made (counted, not timed: the Python
 collectives of ``torch.distributed``; DDP's C++ bucket all-reduces are the same reducer on both sides and not
 counted), the torch operators each step dispatched (the profiler's ``aten::`` count) and whether the last losses
-are equal. With ``--save-rounds N``, ``save_state`` / ``load_state`` of
-Ember and Accelerate on the same state too (Ember's saves fsync every file and commit atomically, a promise
-Accelerate does not make). Run it on a quiet machine: nothing here is asserted.
+are equal. With ``--save-rounds N``, each side's save and load of the same state too: ``save_state`` /
+``load_state`` (Ember, Accelerate), DeepSpeed's ``save_checkpoint`` / ``load_checkpoint``, raw DCP for torch
+(Ember's saves fsync every file and commit atomically, a promise none of the anchors makes). Run it on a quiet machine: nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ WORKER = ROOT / "benchmarks" / "backend_step.py"
 # is torch's own fully_shard.
 PAIRS = {"ddp": ("accelerate", "torch"), "fsdp2": ("torch",), "zero1": ("accelerate", "deepspeed"),
          "zero2": ("accelerate", "deepspeed"), "zero3": ("accelerate", "deepspeed"),
+         # Tensor parallel over both processes: Accelerate's needs a transformers model; raw DTensor is the anchor.
+         "tp": ("torch",),
          # The Trainers (benchmarks/trainer_step.py): the same module by import swap.
          "trainer-ddp": ("lightning",), "trainer-tp": ("lightning",)}
 TRAINER_WORKER = ROOT / "benchmarks" / "trainer_step.py"
@@ -73,7 +76,7 @@ def run_once(api: str, backend: str, anchor_python: str, folder: str, args: argp
     else:
         command += [str(WORKER), "--api", api, "--backend", backend]
     command += ["--out", out, "--warmup", str(args.warmup), "--steps", str(args.steps)]
-    if api in ("engine", "accelerate") and backend in ("fsdp2", "zero1", "zero2", "zero3"):
+    if backend in ("fsdp2", "zero1", "zero2", "zero3", "tp") and (api, backend) != ("accelerate", "tp"):
         command += ["--save-rounds", str(args.save_rounds)]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900, check=False)
     if result.returncode != 0:
@@ -131,21 +134,20 @@ def main() -> None:
                   f"{ours[0]['ops_per_step'] or '-'} / {theirs[0]['ops_per_step'] or '-'} | "
                   f"{ours[0]['last_loss'] == theirs[0]['last_loss']} |")
     if args.save_rounds:
-        print("\n| backend | save_state Ember ms | Accelerate ms | ratio | load_state Ember ms | Accelerate ms | "
-              "ratio |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| backend | anchor | save Ember ms | anchor ms | ratio | load Ember ms | anchor ms | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
         for backend in backends:
-            if (backend, "accelerate") not in runs or not runs[(backend, "engine")][0]["save_ms"]:
-                continue
-            ours, theirs = runs[(backend, "engine")], runs[(backend, "accelerate")]
-            if not theirs[0]["save_ms"]:
-                continue
-            cells = []
-            for key in ("save_ms", "load_ms"):
-                mine, _, _ = summary(ours, key)
-                median, _, _ = summary(theirs, key)
-                cells.append(f"{mine:.0f} | {median:.0f} | {median / mine:.2f}")
-            print(f"| {backend} | {' | '.join(cells)} |")
+            ours = runs[(backend, "engine")]
+            for anchor in PAIRS[backend]:
+                theirs = runs[(backend, anchor)]
+                if not ours[0]["save_ms"] or not theirs[0]["save_ms"]:
+                    continue
+                cells = []
+                for key in ("save_ms", "load_ms"):
+                    mine, _, _ = summary(ours, key)
+                    median, _, _ = summary(theirs, key)
+                    cells.append(f"{mine:.0f} | {median:.0f} | {median / mine:.2f}")
+                print(f"| {backend} | {anchor} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
