@@ -40,7 +40,7 @@ class RichModelSummary(ModelSummary):
     """
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
-        if not getattr(importlib.import_module(__name__), "_RICH_AVAILABLE"):
+        if not importlib.import_module(__name__)._RICH_AVAILABLE:
             raise ModuleNotFoundError("`RichModelSummary` requires `rich` to be installed. Install it by running "
                                       "`pip install -U rich` (or `pip install ember-train[rich]`).")
         super().__init__(max_depth=max_depth)

@@ -314,7 +314,7 @@ class RichProgressBar(ProgressBar):
         style = self.theme.description
         return f"[{style}]{description}" if style else description
 
-    def _add_task(self, total: int | float, description: str, visible: bool = True) -> TaskID:
+    def _add_task(self, total: float, description: str, visible: bool = True) -> TaskID:
         if self.progress is None:
             raise RuntimeError("RichProgressBar has no display to add a task to: a run's first hook "
                                "(on_train_start, on_validation_start, ...) starts it.")
@@ -335,6 +335,6 @@ class RichProgressBar(ProgressBar):
             self._metric_component.update(self.get_metrics(trainer, pl_module))
 
 
-def _rich_total(total: int | float) -> float | None:
+def _rich_total(total: float) -> float | None:
     # rich's "length unknown" is None (a pulsing bar, no time left); a loader without a length counts as inf here.
     return None if total == float("inf") else float(total)

@@ -13,11 +13,11 @@ import torch
 
 pytest.importorskip("rich")
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from callbacks import ModelSummary, RichModelSummary, RichProgressBar, RichProgressBarTheme  # noqa: E402
-from tests.trainer.helpers import QUIET, Regressor, data  # noqa: E402
-from trainer import Trainer  # noqa: E402
+from callbacks import ModelSummary, RichModelSummary, RichProgressBar, RichProgressBarTheme
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import Trainer
 
 
 class Shown(Regressor):
