@@ -1,6 +1,6 @@
 """Trainer callbacks: the ``Callback`` base (with the hook timeline) and the built-ins.
 
-Nothing here imports ``tqdm`` or a tracker backend at import time.
+Nothing here imports ``tqdm``, ``rich`` or a tracker backend at import time.
 """
 
 from ember_packages import check_siblings
@@ -22,6 +22,8 @@ from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import ProgressBar
 from callbacks.pruning import ModelPruning
+from callbacks.rich_model_summary import RichModelSummary
+from callbacks.rich_progress import RichProgressBar, RichProgressBarTheme
 from callbacks.spike import SpikeDetection, TrainingSpikeException
 from callbacks.throughput import ThroughputMonitor
 from callbacks.timer import Timer
@@ -32,5 +34,5 @@ __all__ = ["BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "Batc
            "DeviceStatsMonitor", "EMAWeightAveraging", "EarlyStopping", "EarlyStoppingReason",
            "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor",
            "ModelCheckpoint", "ModelPruning", "ModelSummary", "OnExceptionCheckpoint", "ProgressBar",
-           "SpikeDetection", "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer",
+           "RichModelSummary", "RichProgressBar", "RichProgressBarTheme", "SpikeDetection", "StochasticWeightAveraging", "TQDMProgressBar", "ThroughputMonitor", "Timer",
            "TrainingSpikeException", "WeightAveraging", "summarize"]

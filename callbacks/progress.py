@@ -71,6 +71,7 @@ class ProgressBar(Callback):
         self._enabled = True
         self._trainer_ref: weakref.ReferenceType[Any] | None = None
         self._module_ref: weakref.ReferenceType[torch.nn.Module] | None = None
+        self._eval_dataloader_idx: int | None = None  # the evaluation loader being shown (a bar per loader)
 
     def __getstate__(self) -> dict[str, Any]:
         """A bar pickles (Lightning's do, e.g. with the trainer's callbacks): without its run's live parts (the
@@ -126,6 +127,53 @@ class ProgressBar(Callback):
     def total_predict_batches(self) -> int | float:
         counts = self.trainer.num_predict_batches
         return float("inf") if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    # Lightning's names of the loops, as the bars show them (a subclass may override them).
+    @property
+    def train_description(self) -> str:
+        return "Training"
+
+    @property
+    def sanity_check_description(self) -> str:
+        return "Sanity Checking"
+
+    @property
+    def validation_description(self) -> str:
+        return "Validation"
+
+    @property
+    def test_description(self) -> str:
+        return "Testing"
+
+    @property
+    def predict_description(self) -> str:
+        return "Predicting"
+
+    def has_dataloader_changed(self, dataloader_idx: int) -> bool:
+        """Whether ``dataloader_idx`` differs from the evaluation loader of the previous batch (then remembered):
+        a bar starts a new task per loader."""
+        changed = self._eval_dataloader_idx != dataloader_idx
+        self._eval_dataloader_idx = dataloader_idx
+        return changed
+
+    def reset_dataloader_idx_tracker(self) -> None:
+        """Forget the evaluation loader, so the next evaluation's first batch starts a new task."""
+        self._eval_dataloader_idx = None
+
+    @property
+    def total_val_batches_current_dataloader(self) -> int | float:
+        """Batches of the validation (or sanity check) loader being run (``inf`` for one without a length)."""
+        trainer = self.trainer
+        counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+        return _count_of(counts, self._eval_dataloader_idx)
+
+    @property
+    def total_test_batches_current_dataloader(self) -> int | float:
+        return _count_of(self.trainer.num_test_batches, self._eval_dataloader_idx)
+
+    @property
+    def total_predict_batches_current_dataloader(self) -> int | float:
+        return _count_of(self.trainer.num_predict_batches, self._eval_dataloader_idx)
 
     @property
     def is_enabled(self) -> bool:
@@ -296,3 +344,8 @@ class ProgressBar(Callback):
 
 def _format(metrics: dict[str, Any]) -> dict[str, str]:
     return {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in metrics.items()}
+
+
+def _count_of(counts: list[int | None], index: int | None) -> int | float:
+    count = counts[index or 0] if counts else 0
+    return float("inf") if count is None else count

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callbacks import Callback, ModelSummary, ProgressBar, TQDMProgressBar
+from callbacks import Callback, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, TQDMProgressBar
 from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
@@ -68,7 +68,9 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
                                         f"`{type(bars[0]).__name__}` in callbacks list: remove one.")
     result = list(given)
     if model_summary and not any(isinstance(c, ModelSummary) for c in given):
-        result.insert(0, ModelSummary())
+        # Lightning's pairing: a rich bar gets the rich summary.
+        rich = any(isinstance(c, RichProgressBar) for c in bars)
+        result.insert(0, RichModelSummary() if rich else ModelSummary())
     if default_checkpoint is not None:
         result.append(default_checkpoint)
     if progress_bar and not has_bar:

@@ -63,6 +63,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.utilities": ("trainer.utilities",),
     "lightning.pytorch.utilities.rank_zero": ("trainer.utilities.rank_zero",),
     "lightning.pytorch.utilities.parsing": ("trainer.utilities.parsing", "trainer.hparams"),
+    "lightning.pytorch.utilities.model_summary": ("callbacks.model_summary",),
     "lightning.pytorch.utilities.combined_loader": ("trainer.utilities.combined_loader",),
     "lightning.pytorch.utilities.types": ("trainer.utilities.types",),
     "lightning.pytorch.utilities.enums": ("trainer.utilities.enums",),
@@ -78,7 +79,8 @@ PUBLIC: dict[str, tuple[str, ...]] = {
 # Lightning submodule -> Ember submodule of the mapped package, where the names differ.
 SUBMODULES = {"model_checkpoint": "checkpoint", "stochastic_weight_avg": "weight_averaging",
               "gradient_accumulation_scheduler": "accumulation", "throughput_monitor": "throughput",
-              "progress.tqdm_progress": "tqdm_progress", "progress.progress_bar": "progress", "csv_logs": "csv_logs",
+              "progress.tqdm_progress": "tqdm_progress", "progress.progress_bar": "progress",
+              "progress.rich_progress": "rich_progress", "csv_logs": "csv_logs",
               "tuning": "tuner", "device_stats_monitor": "device_stats"}
 # Packages whose public submodules resolve through the package itself.
 PUBLIC_PACKAGES = ("lightning.pytorch.callbacks", "lightning.pytorch.loggers", "lightning.pytorch.profilers",
