@@ -141,7 +141,7 @@ class Trainer:
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)
-        self.plan = RunPlan(acc, self.strategy)
+        self.plan = RunPlan(acc, self.strategy, self.state)
         self.cluster_environment = cluster = lightning.cluster  # plugins=[...], or SLURM's (trainer.plugins)
         if cluster is not None:
             check_environment(cluster, acc.process_index, acc.num_processes)
@@ -246,7 +246,7 @@ class Trainer:
         run_batch = profiled(self.profiler, "run_training_batch", self._train_step)  # no wrapper without one
         with self.checkpointer.boundaries():  # checkpoints are written where a resume continues exactly
             while not self._fit_done():  # each submodule trains in its own mode (one kept in eval stays so)
-                plan.set_epoch(state.epoch)
+                plan.start_epoch(state)  # reloads the training loader when due
                 hooks.call("on_train_epoch_start")
                 metrics.set_epoch_hook(False)
                 every, world = self.config.log_every_n_steps or 1, self._world  # 0: barebones, nothing logs

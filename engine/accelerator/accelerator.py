@@ -19,7 +19,7 @@ from torch.utils.hooks import RemovableHandle
 from engine import operations
 from engine.accelerator.checkpointer import Checkpointer
 from engine.accelerator.preparer import PrepareOptions, Preparer
-from engine.accelerator.process_control import ProcessControl
+from engine.accelerator.process_control import ProcessControl, mesh_rank
 from engine.accelerator.registry import PreparedObjects
 from engine.backends import Backend, select_backend
 from engine.backends.deepspeed_plugin import DeepSpeedPlugin, choose_deepspeed_plugin
@@ -57,13 +57,6 @@ from engine.tracking.profiler import ProfileKwargs, profile
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: accumulate() returns it on every syncing step
 _UNSET: Any = object()  # sentinel: "keyword not given" (distinct from an explicit False/None)
 _UNSUPPORTED = "Ember supports DDP, FSDP2 (FullyShardedDataParallelPlugin) and DeepSpeed (DeepSpeedPlugin)"
-
-
-def _mesh_rank(dim: str) -> property:
-    """The Accelerator's ``*_parallel_rank`` property for the mesh dimension ``dim`` (the backend answers)."""
-    def rank(self: Accelerator) -> int:
-        return self.backend.mesh_rank(dim)
-    return property(rank)
 
 
 @suggest_keywords
@@ -282,11 +275,11 @@ class Accelerator:
 
     # This process's place along each dimension of the mesh (0 where that dimension has size 1); context and
     # pipeline parallelism raise: Ember has neither (nor has Accelerate).
-    tensor_parallel_rank = _mesh_rank("tp")
-    data_parallel_rank = _mesh_rank("dp_replicate")
-    data_parallel_shard_rank = _mesh_rank("dp_shard")
-    context_parallel_rank = _mesh_rank("cp")
-    pipeline_parallel_rank = _mesh_rank("pp")
+    tensor_parallel_rank = mesh_rank("tp")
+    data_parallel_rank = mesh_rank("dp_replicate")
+    data_parallel_shard_rank = mesh_rank("dp_shard")
+    context_parallel_rank = mesh_rank("cp")
+    pipeline_parallel_rank = mesh_rank("pp")
 
     # -- prepare (the preparer's) -----------------------------------------------------------------------------
     def _prepare_options(self) -> PrepareOptions:
@@ -318,6 +311,11 @@ class Accelerator:
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (anything with ``state_dict`` / ``load_state_dict``) with the checkpoint."""
         self._prepared.register_for_checkpointing(*objects)
+
+    def replace_dataloaders(self, old: list[DataLoader], new: list[DataLoader]) -> None:
+        """Checkpoint the prepared loaders ``new`` in the places of ``old`` (a loop that rebuilds its loaders keeps
+        a checkpoint's loader numbering: see ``PreparedObjects.replace_dataloaders``); not in Accelerate."""
+        self._prepared.replace_dataloaders(old, new)
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """A loader over the same data that starts ``num_batches`` (per-process) batches later."""

@@ -119,3 +119,10 @@ class ProcessControl:
         finally:
             for dl, value in zip(loaders, previous):
                 dl.set_even_batches(value)
+
+
+def mesh_rank(dim: str) -> property:
+    """The Accelerator's ``*_parallel_rank`` property for the mesh dimension ``dim`` (its backend answers)."""
+    def rank(self: Any) -> int:  # self: the Accelerator (which imports this module)
+        return int(self.backend.mesh_rank(dim))
+    return property(rank)

@@ -56,6 +56,29 @@ class PreparedObjects:
                              "The following inputs are invalid:\n" + "\n".join(invalid))
         self.custom.extend(objects)
 
+    def replace_dataloaders(self, old: list[DataLoader], new: list[DataLoader]) -> None:
+        """Put the prepared loaders ``new`` in the places of ``old`` (``new`` leaves wherever ``prepare`` put it).
+
+        A loop that rebuilds its loaders (Lightning's ``reload_dataloaders_every_n_epochs``) keeps a checkpoint's
+        loader numbering: the saved position of loader ``i`` must land on the loader now in that place.
+
+        >>> registry, a, b = PreparedObjects(), DataLoader(range(2)), DataLoader(range(2))
+        >>> registry.register(a); registry.register(b)
+        >>> registry.replace_dataloaders([a], [b]); registry.dataloaders == [b]
+        True
+        """
+        if len(old) != len(new):
+            raise ValueError(f"replace_dataloaders: {len(old)} loader(s) to replace but {len(new)} replacement(s): "
+                             "pass one new loader per old one.")
+        fresh = [loader for loader in self.dataloaders if not any(loader is n for n in new)]
+        for before, after in zip(old, new):
+            index = next((i for i, loader in enumerate(fresh) if loader is before), None)
+            if index is None:
+                raise ValueError(f"replace_dataloaders: {type(before).__name__} {before!r:.60} was not prepared by "
+                                 "this Accelerator: only its prepared loaders can be replaced.")
+            fresh[index] = after
+        self.dataloaders[:] = fresh
+
     def clear(self) -> None:
         """Forget every prepared object; registered objects stay (Accelerate's ``free_memory``)."""
         self.models.clear()

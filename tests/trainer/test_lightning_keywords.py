@@ -35,7 +35,7 @@ QUIET_ON = {k: v for k, v in QUIET.items() if k not in ("log_with", "enable_chec
     ({"profiler": "simpel"}, ValueError, r"profiler='simpel'\) is not a known profiler. Did you mean 'simple'"),
     ({"plugins": ["x"]}, ValueError, r"plugins=\['x'\]\) is not supported"),
     ({"model_registry": "m"}, ValueError, r"model_registry='m'\) is not supported"),
-    ({"reload_dataloaders_every_n_epochs": 1}, ValueError, r"reload_dataloaders_every_n_epochs=1\) is not supported"),
+    ({"reload_dataloaders_every_n_epochs": -1}, ValueError, r"should be an int >= 0.*Received: -1"),
     ({"benchmark": True, "deterministic": True}, ValueError, r"benchmark=True, deterministic=True\) contradict"),
     ({"barebones": True, "enable_checkpointing": True}, ValueError, r"barebones=True, enable_checkpointing=True"),
     ({"barebones": True, "logger": True}, ValueError, r"barebones=True, logger=True\)"),

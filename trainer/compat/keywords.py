@@ -18,8 +18,8 @@ construction:
 - ``enable_autolog_hparams``: send the module's / data module's hyperparameters to the loggers.
 - ``plugins``: a cluster environment (``trainer.plugins.environments``; ``SLURMEnvironment()`` by itself under
   a SLURM batch job).
-- ``model_registry``, ``reload_dataloaders_every_n_epochs > 0`` and
-  ``use_distributed_sampler=False`` with several processes: refused with what to do instead.
+- ``reload_dataloaders_every_n_epochs``: checked here (an int >= 0), run by the loop (``trainer/loop/reload.py``).
+- ``model_registry`` and ``use_distributed_sampler=False`` with several processes: refused with what to do instead.
 """
 
 from __future__ import annotations
@@ -231,11 +231,6 @@ def _refuse_unsupported(model_registry: Any, reload_every: Any) -> None:
         raise MisconfigurationException(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got "
                                         f"{reload_every}. Trainer(reload_dataloaders_every_n_epochs=...) must be an "
                                         f"int >= 0. Received: {reload_every!r}.")
-    if reload_every > 0:
-        raise ValueError(f"Trainer(reload_dataloaders_every_n_epochs={reload_every}) is not supported: Ember "
-                         "prepares each loader once per fit so a resume restores its exact position. Change the "
-                         "data inside the dataset instead (e.g. read self.trainer.current_epoch in __getitem__ or "
-                         "in a sampler's set_epoch).")
 
 
 def _root_dir(default_root_dir: Any, project_dir: Any, unset: Any) -> Any:

@@ -50,6 +50,8 @@ class EvaluationLoop:
     def _run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         metrics, plan, model, module = self.metrics, self.plan, self.plan.model, self.plan.module
         assert model is not None and module is not None
+        if stage == "validate" and self.state.stage != "idle":  # inside fit: reload_dataloaders_every_n_epochs
+            plan.reload_val(self.state)
         x = "test" if stage == "test" else "validation"
         loaders = plan.test_loaders if stage == "test" else plan.val_loaders
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,

@@ -35,6 +35,7 @@ from trainer.loop.data import (
     without_shuffle,
 )
 from trainer.loop.hooks import overrides
+from trainer.loop.reload import ReloadSchedule, epoch_shown, stage_shown
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
 from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
@@ -69,8 +70,10 @@ class RunPlan:
     sequence, or loader and model states would land on the wrong objects.
     """
 
-    def __init__(self, accelerator: Accelerator, strategy: Strategy | None = None) -> None:
+    def __init__(self, accelerator: Accelerator, strategy: Strategy | None = None,
+                 state: TrainState | None = None) -> None:
         self.accelerator = accelerator
+        self.state = state  # the trainer's: what the loader hooks see (trainer.sanity_checking, current_epoch)
         self.strategy = strategy  # trainer.strategy (a ModelParallelStrategy's module splits itself)
         self.prepared: list[str] = []
         self.train_loader: DataLoader | CombinedTrainData | None = None
@@ -102,6 +105,13 @@ class RunPlan:
         self.custom_backward = False  # the module overrides backward: the trainer calls it instead of the engine's
         self.torch_optimizer: torch.optim.Optimizer | None = None  # automatic: the one optimizer, unwrapped
         self.plain_zero_grad = False  # its zero_grad is torch's own (engine.prepare.optimizer.clear_grads may replace it)
+        # reload_dataloaders_every_n_epochs: the schedule, where the loaders come from, and which epochs built the
+        # loaders held now (None: reloading is off, or the fit's loaders were passed in: nothing to ask again).
+        self.reload: ReloadSchedule | None = None
+        self._reload_from: tuple[TrainerConfig, DataModule | None, TrainModule] | None = None
+        self._reload_train: bool = False
+        self._reload_val: bool = False
+        self._held: tuple[float, float] = (0.0, 0.0)  # (training, validation) loaders' epochs
 
     # -- fit ------------------------------------------------------------------------------------------------
     def attach(self, module: Any, compile_options: dict[str, Any] | None, check: Callable[[Any], Any]) -> Any:
@@ -135,8 +145,8 @@ class RunPlan:
         # still prepared training first, the order a checkpoint's loader states follow).
         sanity_first = (sanity_check and config.num_sanity_val_steps != 0 and bool(config.limit_val_batches)
                         and overrides(module, TrainModule, "validation_step"))
-        if sanity_first:
-            with isolate_rng():
+        if sanity_first:  # trainer.sanity_checking reads True inside the hook, as in Lightning
+            with isolate_rng(), stage_shown(self.state, "sanity_check"):
                 val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         given = request_loaders("train", train_dataloaders, datamodule, module)
         if given is None:
@@ -154,6 +164,7 @@ class RunPlan:
         else:
             self._set_combined_train(config, combined)
         self._set_val_loaders(config, val)
+        self._setup_reload(config, datamodule, module, train_dataloaders is None, val_dataloaders is None)
         backend = self.accelerator.backend
         if backend.prepares_jointly:  # DeepSpeed: the model is built with its optimizer and scheduler
             if manual:
@@ -395,6 +406,75 @@ class RunPlan:
             return micro_step % self.val_every == 0
         return (batch_idx + 1) % self.val_every == 0
 
+    # -- reload_dataloaders_every_n_epochs ---------------------------------------------------------------------
+    def _setup_reload(self, config: TrainerConfig, datamodule: DataModule | None, module: TrainModule,
+                      train_asked: bool, val_asked: bool) -> None:
+        every = config.reload_dataloaders_every_n_epochs
+        self.reload = None if not every else ReloadSchedule(every, config.check_val_every_n_epoch,
+                                                            sanity=config.num_sanity_val_steps != 0)
+        self._reload_from = (config, datamodule, module)
+        self._reload_train, self._reload_val = train_asked, val_asked and bool(self.val_loaders)
+        self._held = (0.0, self.reload.first_val if self.reload is not None else 0.0)
+
+    def start_epoch(self, state: TrainState) -> None:
+        """An epoch starts: the training loader is asked for again when the schedule says so (before the
+        samplers' ``set_epoch`` and ``on_train_epoch_start``, as in Lightning), then the samplers learn the epoch."""
+        if self.reload is not None and self._reload_train and self.reload.train_epoch(state.epoch) != self._held[0]:
+            self._rebuild_train(state, self.reload.train_epoch(state.epoch), carry=False)
+        self.set_epoch(state.epoch)
+
+    def reload_val(self, state: TrainState) -> None:
+        """A validation inside ``fit`` starts: the validation loaders are asked for again when the schedule says
+        so (before ``on_validation_start``, as in Lightning)."""
+        if self.reload is None or not self._reload_val or self._reload_from is None:
+            return
+        epoch = self.reload.val_epoch(state.epoch)
+        if epoch == self._held[1]:
+            return
+        config, datamodule, module = self._reload_from
+        old, names = list(self.val_loaders), list(self.prepared)
+        with epoch_shown(state, int(epoch)):
+            val, shape = resolve_shaped("val", None, datamodule, module)
+        if len(val) != len(old):
+            raise ValueError(f"val_dataloader() returned {len(val)} loader(s) at epoch {state.epoch}, where it gave "
+                             f"{len(old)} before: with reload_dataloaders_every_n_epochs, return as many loaders each "
+                             "time (a checkpoint restores each one's place).")
+        self.shapes["val"] = shape
+        self._set_val_loaders(config, val)
+        self.prepared[:] = names  # a rebuilt loader takes its predecessor's place, not a new one
+        self.accelerator.replace_dataloaders(old, self.val_loaders)
+        self._held = (self._held[0], epoch)
+
+    def _train_loaders(self) -> list[DataLoader]:
+        loader = self.train_loader
+        return list(loader.loaders) if isinstance(loader, CombinedTrainData) else [] if loader is None else [loader]
+
+    def _rebuild_train(self, state: TrainState, epoch: int, carry: bool) -> None:
+        """Ask for the training loader as of ``epoch`` and prepare it in the old one's place; ``carry``: it takes
+        over the old one's (restored) position."""
+        assert self._reload_from is not None
+        config, datamodule, module = self._reload_from
+        old, names = self._train_loaders(), list(self.prepared)
+        with epoch_shown(state, epoch):
+            given = request_loaders("train", None, datamodule, module)
+        combined = training_combination(given)
+        if combined is None:
+            self._set_train_loader(config, check_loaders("train", given))
+        else:
+            self._set_combined_train(config, combined)
+        new = self._train_loaders()
+        if len(new) != len(old):
+            raise ValueError(f"train_dataloader() returned {len(new)} loader(s) at epoch {epoch}, where it gave "
+                             f"{len(old)} before: with reload_dataloaders_every_n_epochs, return as many loaders each "
+                             "time (a checkpoint restores each one's place).")
+        self.prepared[:] = names
+        self.accelerator.replace_dataloaders(old, new)
+        if carry:
+            for before, after in zip(old, new):
+                if _resumable(before) and _resumable(after):
+                    after.load_state_dict(before.state_dict())
+        self._held = (float(epoch), self._held[1])
+
     def set_epoch(self, epoch: int) -> None:
         # Shuffling samplers need the epoch, also when an epoch was cut short (limit_train_batches, -1, stops).
         set_epoch = getattr(self.train_loader, "set_epoch", None)
@@ -416,7 +496,17 @@ class RunPlan:
         last batch was handed out, or a limited epoch stopped reading early. The training loader's pass is then
         finished here without fetching a batch (its sampler state moves past the epoch, as in the run that saved
         it). Validation passes never span a checkpoint, so a restored one starts from its first batch.
+
+        With ``reload_dataloaders_every_n_epochs``, the training loader the uninterrupted run was reading is asked
+        for again first (as of the epoch that built it) and takes over the restored position, under an isolated
+        random state (the uninterrupted run drew for it before the checkpoint). At the start of a reloading epoch
+        the loop asks for a fresh one instead, as the uninterrupted run did.
         """
+        if self.reload is not None and self._reload_train:
+            epoch = self.reload.train_epoch(state.epoch)
+            if epoch != self._held[0] and (epoch < state.epoch or state.batch_in_epoch > 0):
+                with isolate_rng():
+                    self._rebuild_train(state, epoch, carry=True)
         loader, count = self.train_loader, self.num_training_batches
         if isinstance(loader, CombinedTrainData):
             loader.line_up(state.batch_in_epoch, count)
