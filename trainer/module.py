@@ -15,6 +15,7 @@ from engine.precision.policy import Precision
 from trainer.checkpoint.loading import load_module
 from trainer.data_hooks import DataHooks
 from trainer.errors import MisconfigurationError
+from trainer.export import to_onnx, to_torchscript
 from trainer.hparams import HyperparametersMixin
 from trainer.metrics.logger import LogOptions, ReduceFx, metric_collection_items
 from trainer.optim import clip_gradients, clip_settings
@@ -51,7 +52,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     """
 
     automatic_optimization: bool = True
-    __jit_unused_properties__: ClassVar[list[str]]  # set below the class, from its properties
+    __jit_unused_properties__: ClassVar[list[str]]  # these two are set below the class
+    __jit_ignored_attributes__: ClassVar[list[str]]
     strict_loading: bool | None = None  # load_from_checkpoint's strict when it is not given (None: True)
     # Lightning's names of the .ckpt keys holding the module's hyper-parameters (trainer.checkpoint.lightning_format).
     CHECKPOINT_HYPER_PARAMS_KEY, CHECKPOINT_HYPER_PARAMS_NAME = "hyper_parameters", "hparams_name"
@@ -89,7 +91,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def trainer(self) -> Any:  # the whole Trainer for user code; the module itself asks only ModuleHost's names
         """The ``Trainer`` running this module (raises when it is not attached to one)."""
         trainer = self._attached_trainer()
-        if trainer is None:
+        if trainer is None and not self.__dict__.get("_jit_is_scripting"):  # torch.jit reads every attribute
             raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`: `self.trainer` is available "
                                "inside trainer.fit / validate / test / predict (and after them, while the trainer "
                                "exists).")
@@ -476,11 +478,15 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
 
+    to_onnx, to_torchscript = to_onnx, to_torchscript  # exports for serving (trainer/export.py)
+
 
 # torch.jit.script(module) compiles every property not listed here (Lightning lists its own): these read the trainer
-# or hold Python objects, and a scripted module runs without a trainer.
+# or hold Python objects, and a scripted module runs without a trainer. The class's annotated settings are left
+# out too (their annotations are strings here, which TorchScript cannot resolve once a module sets one).
 TrainModule.__jit_unused_properties__ = sorted(name for name, value in inspect.getmembers(TrainModule)
                                                if isinstance(value, property))
+TrainModule.__jit_ignored_attributes__ = sorted(n for n in TrainModule.__annotations__ if not n.startswith("__"))
 
 
 class StepRouter(torch.nn.Module):
