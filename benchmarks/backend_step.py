@@ -229,7 +229,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--save-rounds", type=int, default=0,
                         help="then time this many saves and loads of the whole state")
+    parser.add_argument("--no-fsync", action="store_true",
+                        help="measure what durability costs: os.fsync / os.fdatasync do nothing in this run")
     args = parser.parse_args()
+    if args.no_fsync:
+        os.fsync = os.fdatasync = lambda fd: None
     torch.set_num_threads(1)  # two processes on two cores: one thread each, the same for every API
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecations, once per step otherwise
     counts = count_collectives()

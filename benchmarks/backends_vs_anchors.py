@@ -76,6 +76,8 @@ def run_once(api: str, backend: str, anchor_python: str, folder: str, args: argp
     else:
         command += [str(WORKER), "--api", api, "--backend", backend]
     command += ["--out", out, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    if api == "engine" and args.engine_no_fsync and not backend.startswith("trainer-"):
+        command.append("--no-fsync")
     if backend in ("fsdp2", "zero1", "zero2", "zero3", "tp") and (api, backend) != ("accelerate", "tp"):
         command += ["--save-rounds", str(args.save_rounds)]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -104,6 +106,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--save-rounds", type=int, default=0)
+    parser.add_argument("--engine-no-fsync", action="store_true",
+                        help="Ember's runs skip fsync (what durability costs; the anchors fsync as they do)")
     args = parser.parse_args()
     if not os.path.exists(args.anchor_python):
         raise SystemExit(f"--anchor-python {args.anchor_python!r} does not exist: make a throwaway venv with "
