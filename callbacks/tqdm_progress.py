@@ -58,11 +58,11 @@ class _Discard(io.StringIO):
 
 def _make_bar(**kwargs: Any) -> tqdm:
     # Through this module, so that a ``Tqdm`` replaced here (mock.patch) makes every bar.
-    bar: tqdm = getattr(sys.modules[__name__], "Tqdm")(**kwargs)
+    bar: tqdm = sys.modules[__name__].Tqdm(**kwargs)
     return bar
 
 
-def convert_inf(count: int | float | None) -> int | float | None:
+def convert_inf(count: float | None) -> int | float | None:
     """A count as tqdm takes it: ``None`` for an unknown or infinite one (tqdm cannot show ``inf``).
 
     Example:
@@ -353,7 +353,7 @@ class TQDMProgressBar(ProgressBar):
         # Not a terminal: one line per epoch (or standalone run) instead of bar redraws.
         return self._active and not self._terminal
 
-    def _should_update(self, current: int, total: int | float | None) -> bool:
+    def _should_update(self, current: int, total: float | None) -> bool:
         """Every ``refresh_rate`` batches, and at the last one, so a bar never stops short of its total."""
         return self.is_enabled and (current % self.refresh_rate == 0 or current == total)
 
@@ -365,7 +365,7 @@ class TQDMProgressBar(ProgressBar):
             bar.refresh()  # off a terminal the bar draws into nothing: not worth formatting
         return True
 
-    def _reset(self, bar: tqdm, total: int | float, description: str, dataloader_idx: int) -> None:
+    def _reset(self, bar: tqdm, total: float, description: str, dataloader_idx: int) -> None:
         bar.reset()
         bar.total = convert_inf(total)
         bar.initial = 0

@@ -5,7 +5,7 @@ validation batches, a sanity check of 1, two test loaders of 2 and 3 batches, re
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import torch
@@ -22,7 +22,7 @@ SHOWN = {**QUIET, "enable_progress_bar": True}
 class Recording(Tqdm):
     """A Tqdm that records what is made and every change of ``n``, ``total`` and the description."""
 
-    made: list[Recording] = []
+    made: ClassVar[list[Recording]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.events: list[tuple[Any, ...]] = []
