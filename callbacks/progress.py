@@ -323,7 +323,7 @@ class ProgressBar(Callback):
 
     def _shown(self, trainer: TrainerView) -> dict[str, str]:
         module = self._module_ref() if self._module_ref is not None else None
-        return _format(self.get_metrics(trainer, module))
+        return format_metrics(self.get_metrics(trainer, module))
 
     def _finish(self, progress: _Progress, trainer: TrainerView, summary: str, metrics: bool) -> None:
         shown = self._shown(trainer) if metrics else {}
@@ -331,8 +331,11 @@ class ProgressBar(Callback):
             progress.bar.set_postfix(shown, refresh=True)
             progress.close()
             return
-        seconds = time.monotonic() - progress.started
-        parts = [f"{progress.name}: {summary}, {seconds:.1f}s", *(f"{k}={v}" for k, v in shown.items())]
+        self._write_line(progress.name, summary, time.monotonic() - progress.started, shown)
+
+    def _write_line(self, name: str, summary: str, seconds: float, shown: dict[str, str]) -> None:
+        """The one line a finished epoch (or standalone run) writes when the stream is not a terminal."""
+        parts = [f"{name}: {summary}, {seconds:.1f}s", *(f"{k}={v}" for k, v in shown.items())]
         print(", ".join(parts), file=self._stream, flush=True)
 
     def _close_all(self) -> None:
@@ -342,7 +345,8 @@ class ProgressBar(Callback):
         self._train = self._eval = None
 
 
-def _format(metrics: dict[str, Any]) -> dict[str, str]:
+def format_metrics(metrics: dict[str, Any]) -> dict[str, str]:
+    """The metrics as one progress line shows them (floats to 4 significant digits)."""
     return {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in metrics.items()}
 
 
