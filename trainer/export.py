@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import torch
 
+from trainer.utilities.rank_zero import LightningDeprecationWarning
+
 
 class TrainModule(Protocol):
     """What an export needs of a ``trainer.TrainModule`` (named here without importing it: the module imports
@@ -75,7 +77,8 @@ def to_torchscript(module: TrainModule, file_path: str | os.PathLike[str] | None
                    method: str | None = "script", example_inputs: Any = None, **kwargs: Any) -> Any:
     """The module compiled to a ``torch.jit.ScriptModule`` (``method="script"``) or traced on ``example_inputs``
     (``method="trace"``; default ``example_input_array``), saved to ``file_path`` when given; ``kwargs`` go to
-    ``torch.jit.script`` / ``torch.jit.trace``. Deprecated, as Lightning's: TorchScript is deprecated in torch.
+    ``torch.jit.script`` / ``torch.jit.trace``. Deprecated, as Lightning's (a ``LightningDeprecationWarning``, a
+    ``DeprecationWarning``): TorchScript is deprecated in torch.
 
     Example:
         >>> import warnings
@@ -92,7 +95,7 @@ def to_torchscript(module: TrainModule, file_path: str | os.PathLike[str] | None
         >>> torch.equal(traced(torch.ones(1, 3)), model(torch.ones(1, 3))), model.training
         (True, True)
     """
-    warnings.warn(TORCHSCRIPT_DEPRECATION, FutureWarning, stacklevel=2)
+    warnings.warn(TORCHSCRIPT_DEPRECATION, LightningDeprecationWarning, stacklevel=2)
     mode = module.training
     with _jit_reading(module):
         try:

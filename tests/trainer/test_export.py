@@ -12,6 +12,7 @@ import torch
 
 from trainer import TrainModule
 from trainer.export import TORCHSCRIPT_DEPRECATION
+from trainer.utilities.rank_zero import LightningDeprecationWarning
 
 
 class Net(TrainModule):
@@ -30,7 +31,7 @@ class Net(TrainModule):
 @pytest.mark.parametrize("manual", [False, True])
 def test_to_torchscript_matches_the_module_in_eval_mode_and_keeps_its_mode(method: str, manual: bool) -> None:
     model = Net(manual)
-    with pytest.warns(FutureWarning, match="has been deprecated in v2.7 and will be removed in v2.8"):
+    with pytest.warns(LightningDeprecationWarning, match="has been deprecated in v2.7 and will be removed in v2.8"):
         scripted = model.to_torchscript(method=method)
     assert isinstance(scripted, torch.jit.ScriptModule)
     assert model.training and not scripted.training  # the module goes back to training mode
@@ -42,7 +43,7 @@ def test_to_torchscript_matches_the_module_in_eval_mode_and_keeps_its_mode(metho
 
 def test_to_torchscript_saves_to_a_path_or_an_fsspec_url(tmp_path: Path) -> None:
     model = Net()
-    with pytest.warns(FutureWarning):
+    with pytest.warns(LightningDeprecationWarning):
         scripted = model.to_torchscript(file_path=tmp_path / "net.pt")
         model.to_torchscript(file_path="memory://exports/net.pt")
     x = torch.randn(3, 4)
@@ -56,11 +57,11 @@ def test_to_torchscript_saves_to_a_path_or_an_fsspec_url(tmp_path: Path) -> None
 
 def test_to_torchscript_refuses_an_unknown_method_and_a_trace_without_input() -> None:
     model = Net()
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"only supports 'script' or 'trace'. "
+    with pytest.warns(LightningDeprecationWarning), pytest.raises(ValueError, match=r"only supports 'script' or 'trace'. "
                                                                       r"Received: 'compile'"):
         model.to_torchscript(method="compile")
     model.example_input_array = None
-    with pytest.warns(FutureWarning), pytest.raises(
+    with pytest.warns(LightningDeprecationWarning), pytest.raises(
             ValueError, match="requires either `example_inputs` or `model.example_input_array`.*pass one"):
         model.to_torchscript(method="trace")
     assert model.training
@@ -75,7 +76,7 @@ def test_to_torchscript_traces_through_the_batch_transfer_hooks() -> None:
     model = Halves()
     seen: list[torch.Tensor] = []
     model.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
-    with pytest.warns(FutureWarning):
+    with pytest.warns(LightningDeprecationWarning):
         model.to_torchscript(method="trace", example_inputs=torch.full((1, 4), 4.0))
     assert torch.equal(seen[0], torch.full((1, 4), 2.0))
 

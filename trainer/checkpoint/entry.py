@@ -20,6 +20,7 @@ from trainer.loop.hooks import overrides
 from trainer.metrics.logger import MetricLogger
 from trainer.metrics.tracking import TrackerLink
 from trainer.state import TrainState
+from trainer.utilities.rank_zero import rank_zero_warn
 
 
 @dataclass
@@ -146,6 +147,11 @@ class TrainerEntry:
     def load_trainer_state(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``trainer_state`` returned (callbacks matched by ``state_key``)."""
         self.state.load_state_dict(state_dict["state"])
+        missing = state_dict["callbacks"].keys() - {callback.state_key for callback in self.attached.callbacks}
+        if missing:  # their state is not restored: say so, in Lightning's words
+            rank_zero_warn("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be "
+                           f"provided during `Trainer` instantiation. Please add the following callbacks: "
+                           f"{sorted(missing)}.")
         for callback in self.attached.callbacks:
             if callback.state_key in state_dict["callbacks"]:
                 callback.load_state_dict(state_dict["callbacks"][callback.state_key])

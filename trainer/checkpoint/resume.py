@@ -11,6 +11,7 @@ are compared with the module's.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +105,8 @@ def resolve(accelerator: Accelerator, ckpt_path: str | os.PathLike[str] | None, 
         message = f"{entry}(ckpt_path={ckpt_path!r}): no committed checkpoint in {directories}"
         if required:
             raise FileNotFoundError(message + ".")
-        accelerator.print(message + "; starting a new run.")
+        if accelerator.is_main_process:  # a warning, as Lightning's (its words: "No checkpoint will be loaded")
+            warnings.warn(f"{message}. No checkpoint will be loaded; starting a new run.", UserWarning, stacklevel=4)
         return None
     return Resume(os.fspath(ckpt_path), tuple(value))
 

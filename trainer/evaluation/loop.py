@@ -20,6 +20,7 @@ from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
 from trainer.states import TrainerFn
+from trainer.utilities.rank_zero import rank_zero_warn
 from trainer.utilities.seed import isolate_rng
 
 
@@ -153,6 +154,7 @@ class EvaluationLoop:
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         results: list[list[Any]] = [[] for _ in loaders]
+        warned = False
         for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
             numbered = transferred(batches(loader, count), self.plan.transfer, dl_idx)
             for batch_idx, batch in profiled_iter(hooks.profiler, "predict_dataloader_next", numbered):
@@ -160,6 +162,9 @@ class EvaluationLoop:
                 hooks.call("on_predict_batch_start", *step_args)
                 with profile(hooks.profiler, "predict_step"):
                     prediction = model("predict_step", *step_args)
+                if prediction is None and not warned:  # once a run, as Lightning's (its words)
+                    rank_zero_warn("predict returned None if it was on purpose, ignore this warning...")
+                    warned = True
                 self.batch_counts.step_done("predict")
                 hooks.call("on_predict_batch_end", prediction, *step_args)
                 self.batch_counts.batch_done("predict")
