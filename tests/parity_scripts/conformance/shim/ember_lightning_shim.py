@@ -72,6 +72,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.utilities.warnings": ("trainer.utilities.warnings",),
     "lightning.fabric.utilities.seed": ("trainer.utilities.seed",),
     "lightning.fabric.utilities.spike": ("callbacks.spike",),
+    "lightning.fabric.utilities.throughput": ("trainer.utilities.throughput",),
     "lightning.fabric.utilities.rank_zero": ("trainer.utilities.rank_zero",),
     "lightning.fabric.utilities.exceptions": ("trainer.utilities.exceptions",),
     "lightning.fabric.utilities.warnings": ("trainer.utilities.warnings",),
