@@ -17,6 +17,9 @@ The pairs, per backend:
   ``ModelParallelStrategy(tensor_parallel_size=2)``), the same module by import swap, each batch timed by a
   callback (``benchmarks/trainer_step.py``; the anchor Python needs ``lightning==2.6.6`` too).
 
+Not here, because the anchors refuse a CPU (observed): Accelerate's FSDP2 (``cpu=True`` drops the plugin),
+Lightning's ``FSDPStrategy`` ("requires a GPU accelerator") and fp8 (torch's CPU fp8 kernels need AVX512-FP16).
+
 Rounds are interleaved (each round runs every API of every backend, the order alternating), so a slower or
 faster stretch of the machine falls on both sides. Printed: per backend and anchor, Ember's and the anchor's
 median ms per step (the median over rounds of each run's median) with the range over rounds, the ratio
