@@ -141,7 +141,8 @@ class StageThroughput:
                               f"or property in {type(module).__name__} to compute the FLOPs.", UserWarning,
                               stacklevel=2)
         # read at every batch: the module may change it (a new sequence length, a new batch size)
-        return getattr(module, "flops_per_batch") if self.module_has_flops else None
+        # getattr: a user attribute, typed Any (nn.Module's own typing would say Tensor | Module)
+        return getattr(module, "flops_per_batch") if self.module_has_flops else None  # noqa: B009
 
 
 def _compute_dtype(trainer: TrainerView, module: torch.nn.Module) -> torch.dtype:

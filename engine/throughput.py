@@ -80,7 +80,7 @@ class Throughput:
                              f"of at least two updates. Received: window_size={window_size!r}; pass window_size=2 "
                              "or more (default 100).")
         if not isinstance(separator, str):
-            raise ValueError(f"Throughput(separator=...) must be a str such as '/' or '|'. Received: {separator!r}.")
+            raise TypeError(f"Throughput(separator=...) must be a str such as '/' or '|'. Received: {separator!r}.")
         self.available_flops = available_flops
         self.world_size = world_size
         self.window_size = window_size

@@ -45,6 +45,7 @@ def test_to_torchscript_saves_to_a_path_or_an_fsspec_url(tmp_path: Path) -> None
     model = Net()
     with pytest.warns(LightningDeprecationWarning):
         scripted = model.to_torchscript(file_path=tmp_path / "net.pt")
+    with pytest.warns(LightningDeprecationWarning):
         model.to_torchscript(file_path="memory://exports/net.pt")
     x = torch.randn(3, 4)
     torch.testing.assert_close(torch.jit.load(tmp_path / "net.pt")(x), scripted(x), rtol=0, atol=0)
