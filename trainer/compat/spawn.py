@@ -20,12 +20,15 @@ import pickle
 import socket
 import sys
 import tempfile
+import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.multiprocessing import ProcessRaisedException
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint
 from engine.launch.watch import LAUNCHER_PID_VARIABLE, watch_launcher
 from engine.state import AcceleratorState
 from trainer.compat.pickling import reduce_trainer, rebuild_trainer
@@ -69,13 +72,13 @@ class SpawnLauncher:
         payload = (reduce_trainer(trainer)[1], stage, arguments, module, datamodule)
         sent = self._pickled(payload) if self.start_method == "spawn" else payload
         with tempfile.TemporaryDirectory(prefix="ember-spawn-") as folder:
-            result_path = os.path.join(folder, "rank0.pt")
-            # A ProcessRaisedException names the failed rank and carries its traceback; the other workers are
-            # terminated by torch, so a failure never leaves this call waiting.
-            torch.multiprocessing.start_processes(
-                _worker, args=(self.processes, _free_port(), os.getpid(), sent, result_path), nprocs=self.processes,
-                join=True, start_method=self.start_method)
-            result = torch.load(result_path, weights_only=False)  # written by rank 0 of this very call
+            try:  # torch terminates the other workers at the first failure: a failure never leaves this waiting
+                torch.multiprocessing.start_processes(
+                    _worker, args=(self.processes, _free_port(), os.getpid(), sent, folder), nprocs=self.processes,
+                    join=True, start_method=self.start_method)
+            except ProcessRaisedException as error:
+                raise _first_failure(folder, error) from error
+            result = torch.load(os.path.join(folder, "rank0.pt"), weights_only=False)  # rank 0 of this very call
         _recover(trainer, stage, module, datamodule, result)
         return result["value"]
 
@@ -104,7 +107,7 @@ class SpawnLauncher:
                 "are forked copies of this process and nothing is pickled).")
 
 
-def _worker(rank: int, processes: int, port: int, caller: int, sent: Any, result_path: str) -> None:
+def _worker(rank: int, processes: int, port: int, caller: int, sent: Any, folder: str) -> None:
     """One worker: the launch environment, the Trainer rebuilt (now distributed), the stage, rank 0's results."""
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes),
                        "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0", "NODE_RANK": "0",
@@ -116,15 +119,49 @@ def _worker(rank: int, processes: int, port: int, caller: int, sent: Any, result
     (cls, keywords, state), stage, arguments, module, datamodule = (
         pickle.loads(sent) if isinstance(sent, bytes) else sent)
     trainer = rebuild_trainer(cls, keywords, state)
+    clock = _FailureClock()
+    trainer.attached.callbacks.insert(0, clock)  # first: it times the failure before anything else runs
     if arguments.get("module") is None:
         trainer._attach(module, datamodule)  # as attached in the caller: the call itself still names no module
     try:
         value = getattr(trainer, stage)(**arguments)
         if rank == 0:
-            torch.save(_results(trainer, module, value), result_path)
+            torch.save(_results(trainer, module, value), os.path.join(folder, "rank0.pt"))
+    except BaseException:
+        # When, where and what: the caller reports the first failure (the others fail in their next collective).
+        with open(os.path.join(folder, f"failed-{rank}.txt"), "w") as record:
+            record.write(f"{clock.failed_at or time.time()} {os.getpid()}\n{traceback.format_exc()}")
+        raise
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+class _FailureClock(Callback):
+    """When this worker's run failed: its ``on_exception`` runs before the failure path tears the process group
+    down, i.e. before the other workers can fail because of this one."""
+
+    def __init__(self) -> None:
+        self.failed_at: float | None = None
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.failed_at = time.time()
+
+
+def _first_failure(folder: str, error: ProcessRaisedException) -> ProcessRaisedException:
+    """torch's report names the first worker it saw fail; once one rank fails, the others fail too (their next
+    collective finds the process group gone), so the rank that failed first, with its traceback, is the cause."""
+    records: list[tuple[float, int, int, str]] = []
+    for name in os.listdir(folder):
+        if name.startswith("failed-"):
+            with open(os.path.join(folder, name)) as record:
+                stamp, pid = record.readline().split()
+                records.append((float(stamp), int(name[len("failed-"):-len(".txt")]), int(pid), record.read()))
+    if not records:  # a worker killed by a signal: torch's report is all there is
+        return error
+    _, rank, first_pid, text = min(records)
+    return ProcessRaisedException(f"\n\n-- Process {rank} terminated with the following error (the first of "
+                                  f"{len(records)} worker(s) to fail):\n{text}", rank, first_pid)
 
 
 def _results(trainer: Any, module: torch.nn.Module, value: Any) -> dict[str, Any]:
