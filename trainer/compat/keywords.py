@@ -136,12 +136,13 @@ def accepts_model(method: F) -> F:
                 raise TypeError(f"{method.__name__}() got the module twice (model= and module= / positionally): "
                                 "pass it once.")
             kwargs["module"] = model
-        if self._launcher is not None:  # every entry point goes through here: the one place the workers start
+        launcher = getattr(self, "_launcher", None)  # a Trainer's (the Tuner's methods take model= too)
+        if launcher is not None:  # every Trainer entry point goes through here: the one place the workers start
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
             arguments = dict(bound.arguments)
             del arguments["self"]
-            return self._launcher.launch(self, method.__name__, arguments)
+            return launcher.launch(self, method.__name__, arguments)
         return method(self, *args, **kwargs)
 
     return cast(F, wrapper)  # method's signature, plus model= (functools.wraps keeps the rest)
