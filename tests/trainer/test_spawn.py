@@ -29,7 +29,7 @@ def _launched_fit() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def launched() -> dict[str, Any]:
-    return run_distributed(_launched_fit, world_size=2, timeout=120)[0]
+    return run_distributed(_launched_fit, world_size=2, timeout=240)[0]
 
 
 @pytest.mark.timeout(240)
