@@ -160,6 +160,7 @@ class Trainer:
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
         self.engine_backward = profiled(self.profiler, "backward", acc.backward)
         self._world = acc.num_processes
+        self._launcher = lightning.launcher  # ddp_spawn / ddp_fork / ddp_notebook: each call starts the workers
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> Trainer:

@@ -25,6 +25,7 @@ construction:
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import torch
 from callbacks import Callback, ModelCheckpoint
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
+from trainer.compat.spawn import SpawnLauncher, in_process_launcher
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.plugins.environments import ClusterEnvironment, resolve_environment
@@ -60,6 +62,8 @@ class LightningChoices:
     processes: int = 1  # > 1: a plain process must start this many workers
     cpu: bool = True
     cluster: ClusterEnvironment | None = None  # plugins=[...]'s environment, or SLURM's when detected
+    # "ddp_spawn" / "ddp_fork" / "ddp_notebook" in a plain process: each call starts the workers (not the script).
+    launcher: SpawnLauncher | None = None
 
     def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
@@ -86,8 +90,9 @@ class LightningChoices:
         return found[0], found[1]
 
     def launch_if_asked(self, precision: str | None) -> None:
-        """With ``devices > 1`` in a plain process: run the script in that many workers and exit (never returns)."""
-        if self.processes > 1:
+        """With ``devices > 1`` in a plain process: run the script in that many workers and exit (never returns);
+        not for the in-process launchers, whose calls start the workers."""
+        if self.processes > 1 and self.launcher is None:
             launch_and_exit(self.processes, self.cpu, precision, self.strategy.kind == "fsdp")
 
 
@@ -120,7 +125,9 @@ def convert_module(config: Any, module: torch.nn.Module, world_size: int) -> Non
 
 
 def accepts_model(method: F) -> F:
-    """Let ``fit`` / ``validate`` / ``test`` / ``predict`` take Lightning's ``model=`` for Ember's ``module=``."""
+    """Let ``fit`` / ``validate`` / ``test`` / ``predict`` take Lightning's ``model=`` for Ember's ``module=``, and
+    run them in worker processes when the Trainer has an in-process launcher (``trainer.compat.spawn``)."""
+    signature = inspect.signature(method)
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, model: Any = None, **kwargs: Any) -> Any:
@@ -129,6 +136,13 @@ def accepts_model(method: F) -> F:
                 raise TypeError(f"{method.__name__}() got the module twice (model= and module= / positionally): "
                                 "pass it once.")
             kwargs["module"] = model
+        launcher = getattr(self, "_launcher", None)  # a Trainer's (the Tuner's methods take model= too)
+        if launcher is not None:  # every Trainer entry point goes through here: the one place the workers start
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            del arguments["self"]
+            return launcher.launch(self, method.__name__, arguments)
         return method(self, *args, **kwargs)
 
     return cast(F, wrapper)  # method's signature, plus model= (functools.wraps keeps the rest)
@@ -161,6 +175,7 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
     processes = processes_to_start(devices, config.num_nodes)
     if cluster is not None and devices is not None:
         cluster.validate_settings(devices, config.num_nodes)
+    launcher = in_process_launcher(config.strategy, processes)
     _, strategy, accelerator_kwargs = resolve_strategy(config.strategy, max(_world_size(), processes),
                                                        config.num_nodes)
     strategy.check_precision(config.precision)
@@ -175,7 +190,7 @@ def resolve_lightning(config: Any, unset: Any) -> LightningChoices:
                          "normalises with its own batch statistics).")
     return LightningChoices(log_with=log_with, project_dir=project_dir, loggers=tuple(loggers),
                             accelerator_kwargs=accelerator_kwargs, strategy=strategy,
-                            processes=processes, cpu=cpu, cluster=cluster)
+                            processes=processes, cpu=cpu, cluster=cluster, launcher=launcher)
 
 
 def defaults_from_environment(keywords: dict[str, Any], names: tuple[str, ...],
