@@ -126,7 +126,8 @@ def test_evaluation_takes_a_sequential_combined_loader_and_refuses_other_modes()
 
 
 def test_a_collection_must_hold_data_loaders() -> None:
-    with pytest.raises(TypeError, match=r"Received: range inside dict\. Wrap each dataset"):
+    with pytest.raises(TypeError, match=r"returned from `Recorder.train_dataloader\(\)`\. Found range: the train data "
+                                        r"must be a torch.utils.data.DataLoader"):
         Trainer(**QUIET, max_epochs=1).fit(Recorder({"a": DataLoader(torch.arange(2.0)), "b": range(3)}))
 
 

@@ -112,8 +112,21 @@ def test_given_accelerator_conflicts() -> None:
 def test_bad_data_and_modules() -> None:
     with pytest.raises(TypeError, match="derive your model from trainer.TrainModule"):
         Trainer(**QUIET, max_epochs=1).fit(torch.nn.Linear(3, 1), data())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="must be a torch.utils.data.DataLoader .* Received: list"):
+    # Lightning's words first (observed, lightning 2.6: "An invalid dataloader was passed to `Trainer.fit(
+    # train_dataloaders, ...)`" / "returned from `Model.train_dataloader`"), then what to do.
+    with pytest.raises(TypeError, match=r"An invalid dataloader was passed to `Trainer.fit\(train_dataloaders=...\)`. "
+                                        r"Found list: the train data must be a torch.utils.data.DataLoader"):
         fit(Regressor(), [[1.0, 2.0]], max_epochs=1)  # type: ignore[arg-type]
+
+    class Returns(Regressor):
+        def val_dataloader(self) -> Any:
+            return [data(), object()]
+
+    with pytest.raises(TypeError, match=r"invalid dataloader was returned from `Returns.val_dataloader\(\)`. Found "
+                                        r"object: the val data must be"):
+        Trainer(**QUIET).validate(Returns())
+    with pytest.raises(TypeError, match=r"passed to `Trainer.test\(dataloaders=...\)`. Found str"):
+        Trainer(**QUIET).test(Returns(), "data")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="No training data: pass fit"):
         Trainer(**QUIET, max_epochs=1).fit(Regressor())
     with pytest.raises(NotImplementedError, match="needs TrainModule.test_step"):

@@ -31,7 +31,7 @@ from torch.multiprocessing import ProcessRaisedException
 from callbacks import Callback, ModelCheckpoint
 from engine.launch.watch import LAUNCHER_PID_VARIABLE, watch_launcher
 from engine.state import AcceleratorState
-from trainer.compat.pickling import reduce_trainer, rebuild_trainer
+from trainer.compat.pickling import rebuild_trainer, reduce_trainer
 from trainer.states import TrainerFn, TrainerStatus
 
 # Lightning's names for the in-process launchers and the start method each uses.

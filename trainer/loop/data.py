@@ -17,16 +17,27 @@ from trainer.utilities.tree import Shape, flatten
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
 
 
-def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule) -> Any:
+def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule,
+                    entry: str | None = None) -> Any:
     """The data of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``) as given: passed in, else the data
-    module's ``{kind}_dataloader()``, else the module's; None when none of them provides any."""
+    module's ``{kind}_dataloader()``, else the module's; None when none of them provides any. Anything in it that
+    is not a ``DataLoader`` is refused here, naming where it came from: the argument of ``Trainer.{entry}`` (default:
+    ``fit`` for train / val data, else the kind's own entry point) or the hook that returned it."""
     method = f"{kind}_dataloader"
+    entry = entry or ("fit" if kind in ("train", "val") else kind)
     if given is not None and datamodule is not None:
         raise ValueError(f"Both {KINDS[kind]}= and datamodule= were given: pass the loaders through one of them.")
+    origin = f"passed to `Trainer.{entry}({KINDS[kind] if entry == 'fit' else 'dataloaders'}=...)`"
     if given is None and datamodule is not None and overrides(datamodule, DataModule, method):
-        given = getattr(datamodule, method)()
+        given, origin = getattr(datamodule, method)(), f"returned from `{type(datamodule).__name__}.{method}()`"
     elif given is None and overrides(module, TrainModule, method):
-        given = getattr(module, method)()
+        given, origin = getattr(module, method)(), f"returned from `{type(module).__name__}.{method}()`"
+    if given is not None:
+        for loader in given.flattened if isinstance(given, CombinedLoader) else flatten(given)[0]:
+            if not isinstance(loader, DataLoader):  # Lightning's words first, then what to do
+                raise TypeError(f"An invalid dataloader was {origin}. Found {type(loader).__name__}: the {kind} data "
+                                "must be a torch.utils.data.DataLoader, a dict / list / tuple of them, or a "
+                                "CombinedLoader. Wrap the dataset: DataLoader(dataset, batch_size=...).")
     return given
 
 
@@ -46,11 +57,11 @@ def resolve_loaders(kind: str, given: Any, datamodule: DataModule | None, module
     return resolve_shaped(kind, given, datamodule, module)[0]
 
 
-def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None,
-                   module: TrainModule) -> tuple[list[DataLoader], Shape | None]:
+def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule,
+                   entry: str | None = None) -> tuple[list[DataLoader], Shape | None]:
     """``resolve_loaders``, and the shape the loaders were given in (``trainer.val_dataloaders`` & co. show them
-    in it; None when nothing provides any)."""
-    given = request_loaders(kind, given, datamodule, module)
+    in it; None when nothing provides any). ``entry``: the Trainer method the loaders were passed to."""
+    given = request_loaders(kind, given, datamodule, module, entry)
     if given is None:
         return [], None
     if isinstance(given, CombinedLoader):

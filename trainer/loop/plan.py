@@ -316,7 +316,7 @@ class RunPlan:
                                         "batch_idx).")
         source = _SOURCE_OF[kind]
         self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
-        loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module)
+        loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module, kind)
         if not loaders:
             raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
                              f"define {type(module).__name__}.{source}_dataloader().")
