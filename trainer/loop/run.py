@@ -142,8 +142,12 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
 
 @contextlib.contextmanager
 def held_signals(signals: tuple[int, ...], hold: bool) -> Iterator[None]:
-    """Block ``signals`` inside the block (main thread, when ``hold``); one that arrived meanwhile is delivered
-    when the block ends, to whatever handler is then in place.
+    """Hold ``signals`` inside the block (main thread, when ``hold``): one that arrives meanwhile is recorded and
+    raised again when the block ends, to whatever handler is then in place.
+
+    A recording handler rather than a blocked signal mask: a mask is per thread, and a process-wide signal goes to
+    any thread that does not block it (gloo's, the launcher watch), whose default action would still end the
+    process; a Python handler runs in the main thread whichever thread the signal came to.
 
     Example:
         >>> received = []
@@ -158,11 +162,15 @@ def held_signals(signals: tuple[int, ...], hold: bool) -> Iterator[None]:
     if not hold or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    arrived: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: arrived.append(number)) for number in signals}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def _hint(stage: str, newest: Callable[[], str | None], processes: int) -> str:
