@@ -127,7 +127,7 @@ class DataLoaderDispatcher(_PreparedLoader):
             # Index-level skip, keeping the epoch's first step: the last step is padded with its rows.
             self._control.start = skip
             self._control.keep_first = self._per_step if skip else 0
-        raw = self._watch_workers(DataLoader.__iter__(self))
+        raw = self._start_workers()
         self._control.start = self._control.keep_first = 0
         first = None
         if skip:

@@ -88,7 +88,7 @@ class DataLoaderShard(_PreparedLoader):
         attrs = self.__dict__
         try:
             if self._is_iterable:
-                batches = self._watch_workers(DataLoader.__iter__(self))
+                batches = self._start_workers()
                 skip = self.skip_batches + start
                 if skip and replay is not None:  # read to the position without shifting the restored stream
                     collate_again(None, lambda: _consume(batches, skip))
@@ -96,7 +96,7 @@ class DataLoaderShard(_PreparedLoader):
                     _consume(batches, skip)  # an iterable dataset cannot skip without reading
             else:
                 self._control.start = self.skip_batches + start
-                batches = self._watch_workers(DataLoader.__iter__(self))
+                batches = self._start_workers()
                 self._control.start = 0
             if replay is not None and "ahead" in replay:
                 # The interrupted run collated this batch before its checkpoint: again, under the same state.

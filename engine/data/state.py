@@ -21,6 +21,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from engine.data.lookahead import as_saved
 from engine.data.samplers import SeedableRandomSampler, SkipBatchSampler, batch_cursor, length_of
+from engine.data.worker_start import announce_start, guarded_start, keep_random_states
 from engine.data.workers import (
     DEFAULT_WORKER_TIMEOUT_S,
     LoaderWorkerTimeout,
@@ -97,12 +98,17 @@ class _WorkerInit:
         self.rank = rank
         self.epoch = 0  # set by the loader before it starts workers for an epoch
         self.stacks: StackTarget | None = None  # likewise: where the workers write their stacks when asked
+        self.started: tuple[int, int] | None = None  # while forking a pass's workers: the fork guard's pipe
         self._stack_file: Any = None  # in a worker: the open file faulthandler writes to
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_stack_file": None}  # an open file does not pickle (spawn, forkserver)
+        # an open file does not pickle (spawn, forkserver), and the guard's pipe is for forked workers only
+        return {**self.__dict__, "_stack_file": None, "started": None}
 
     def __call__(self, worker_id: int) -> None:
+        if self.started is not None:  # first: the rank waits for this (engine/data/worker_start.py)
+            announce_start(self.started, worker_id)
+            self.started = None
         if self.stacks is not None:
             self._stack_file = register_stack_dump(self.stacks, worker_id)
         _seed_process_rngs(derive_seed(self.seed, self.epoch, self.rank, worker_id, _WORKER_SALT))
@@ -397,6 +403,30 @@ class _PreparedLoader(DataLoader):
         self._epoch_active = True
         self.begin()
         return start, replay
+
+    def _start_workers(self) -> Any:
+        """``DataLoader.__iter__`` for a pass, watched; forked workers are seen to start (the fork guard of
+        engine/data/worker_start.py: a worker stuck inside fork is replaced, from the same random states)."""
+        init = self.worker_init_fn
+        forks = (isinstance(init, _WorkerInit) and starts_by_fork(self.multiprocessing_context)
+                 and not (self.persistent_workers and self._iterator is not None))
+        if not forks:
+            return self._watch_workers(DataLoader.__iter__(self))
+        assert isinstance(init, _WorkerInit)
+        restore_draws = keep_random_states([self._iter_generator, *self._generators()])
+
+        def start(pipe: tuple[int, int]) -> Any:
+            init.started = pipe
+            try:
+                return DataLoader.__iter__(self)
+            finally:
+                init.started = None
+
+        def restore() -> None:
+            restore_draws()
+            self._iterator = None  # persistent workers: the next start makes new ones
+
+        return self._watch_workers(guarded_start(start, restore))
 
     def _watch_workers(self, batches: Any) -> Any:
         """Give a pass's worker iterator its time limit (engine/data/workers.py) and keep it for the error."""

@@ -6,10 +6,10 @@ collective: no error, no exit. A prepared loader therefore waits at most ``worke
 (``DataLoaderConfiguration(worker_timeout=...)``) when the user's DataLoader sets no ``timeout`` of its own (theirs
 wins when set), then raises ``LoaderWorkerTimeout`` carrying the stacks of its workers, which each worker writes
 on request (``faulthandler`` on ``STACK_SIGNAL``, registered when the worker starts).
-Why a limit rather than a cure: issue 39 saw a rank of a 2-process resume wait in ``_get_data`` forever, once in a
-while in CI; it did not happen here in 40 resumed runs (4,000 worker starts) under CPU load (benchmarks/
-resume_hang.py), so its cause is unknown. With the limit, the next occurrence ends the run with the stuck worker's
-stack instead of a silent wait.
+Why a limit as well as a cure: issue 39 saw a rank of a 2-process resume wait in ``_get_data`` forever, once in a
+while in CI. Its stuck worker was inside ``fork``; engine/data/worker_start.py now replaces such a worker within
+seconds. Whatever else keeps a worker from answering ends the run at this limit with the worker's stack instead
+of a silent wait.
 """
 
 from __future__ import annotations

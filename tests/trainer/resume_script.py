@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from tests.native_stacks import print_native_stacks
 from trainer import Trainer, TrainModule
 
 
@@ -195,14 +196,16 @@ def launch(directory: str, *args: str, nproc: int = 1, timeout: float = 120.0) -
         process.wait()
 
     def dump_stacks() -> None:
+        groups = []
         for name in glob.glob(os.path.join(directory, "pid_*")):
             with open(name) as handle:
-                group = int(handle.read())
+                groups.append(int(handle.read()))
             try:  # the rank and its loader workers (same process group), each prints its threads' stacks
-                os.killpg(group, signal.SIGUSR1)
+                os.killpg(groups[-1], signal.SIGUSR1)
             except ProcessLookupError:
                 pass
         time.sleep(2.0)
+        print_native_stacks(groups)
 
     deadline = time.monotonic() + timeout
     try:
