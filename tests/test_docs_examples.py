@@ -8,10 +8,16 @@ required (for example "needs a GPU", "starts 2 processes"). ``--8<-- "file"`` li
 the file they include, from ``docs/snippets/``. Tracebacks name the page and its line numbers.
 
 README.md (the front page) is collected too: it carries the marker line.
+
+An example that shows an error catches it (``try: ... except SomeError as error: print(error)``). Such a ``try``
+at the top level of an example must raise into one of its handlers: the test fails when nothing is raised (an
+example that expects an error that no longer comes would otherwise print nothing and pass). A ``try`` that may
+end without an error (a wrapper script's) says why in a comment on its ``try:`` line.
 """
 
 from __future__ import annotations
 
+import ast
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -98,6 +104,23 @@ def page_chunks(page: Path) -> list[tuple[str, str]]:
     return chunks
 
 
+def must_raise(source: str, filename: str) -> ast.Module:
+    """``source`` parsed, each top-level ``try`` with handlers, no ``else`` and no comment on its ``try:`` line
+    given an ``else`` that fails: the example is meant to raise (see the module docstring)."""
+    tree = ast.parse(source, filename)
+    lines = source.splitlines()
+    for node in tree.body:
+        if not isinstance(node, ast.Try) or not node.handlers or node.orelse or "#" in lines[node.lineno - 1]:
+            continue
+        caught = " or ".join(ast.unparse(h.type) if h.type is not None else "an exception" for h in node.handlers)
+        message = f"{filename}, line {node.lineno}: this example is meant to raise {caught}; nothing was raised"
+        fail = ast.parse(f"raise AssertionError({message!r})").body[0]
+        for part in ast.walk(fail):
+            ast.copy_location(part, node)
+        node.orelse = [fail]
+    return tree
+
+
 def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any, env: dict[str, str]) -> None:
     try:
         os.environ.update(env)  # before the first kernel: oneDNN reads its cap then
@@ -107,7 +130,7 @@ def _run_page(chunks: list[tuple[str, str]], page: str, cwd: str, results: Any, 
         torch.set_num_threads(1)
         namespace = {"__name__": "__main__", "__file__": page}
         for source, filename in chunks:
-            exec(compile(source, filename, "exec"), namespace)  # noqa: S102
+            exec(compile(must_raise(source, filename), filename, "exec"), namespace)  # noqa: S102
         results.put((True, ""))
     except BaseException:  # noqa: BLE001 - every failure reaches the test with its traceback
         results.put((False, traceback.format_exc()))
@@ -173,6 +196,21 @@ def test_the_collector_reads_markers_snippets_and_line_numbers(tmp_path: Path) -
     with pytest.raises(AssertionError, match=r"page\.md\", line 15"):
         run_page(page, tmp_path)
     assert "import torch" in expand_snippets('--8<-- "tiny_setup.py"')
+
+
+def test_an_example_meant_to_raise_fails_when_nothing_is_raised(tmp_path: Path) -> None:
+    shows_an_error = "```python\ntry:\n    int('x')\nexcept ValueError as error:\n    print(error)\n```\n"
+    page = tmp_path / "raises.md"
+    page.write_text("# T\n\n" + shows_an_error, encoding="utf-8")
+    run_page(page, tmp_path)  # it raises into its handler: fine
+    page.write_text("# T\n\n" + shows_an_error.replace("int('x')", "int('1')"), encoding="utf-8")
+    with pytest.raises(AssertionError, match=r"raises\.md, line 4: this example is meant to raise ValueError; "
+                                             r"nothing was raised"):
+        run_page(page, tmp_path)
+    # a try whose line says why it may end without an error is left as it is
+    page.write_text("# T\n\n" + shows_an_error.replace("int('x')", "int('1')").replace(
+        "try:", "try:  # ends normally unless the input is bad"), encoding="utf-8")
+    run_page(page, tmp_path)
 
 
 
