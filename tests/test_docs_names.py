@@ -1,4 +1,4 @@
-"""Every public name and every Trainer keyword is on a hand-written docs page.
+"""Every public name and every Trainer keyword is on a hand-written docs page; every module is on the map.
 
 The API reference (docs/api, generated from docstrings) lists everything by construction, so it proves nothing:
 a name only the reference mentions is one no guide explains. The hand-written pages are docs/**/*.md outside
@@ -48,3 +48,11 @@ def test_the_check_finds_a_name_only_as_a_whole_word() -> None:
     text = "Use `engine.send_to_device` or `Accelerator.prepare`; limit_val_batches_extra is another word."
     assert missing(["send_to_device", "Accelerator", "prepare", "limit_val_batches", "Undocumented"], text) == [
         "limit_val_batches", "Undocumented"]
+
+
+def test_every_module_of_engine_and_trainer_is_on_the_architecture_map() -> None:
+    page = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    modules = [p for folder in ("engine", "trainer") for p in sorted((ROOT / folder).rglob("*.py"))
+               if p.name != "__init__.py"]
+    absent = [str(p.relative_to(ROOT)) for p in modules if missing([p.stem], page)]
+    assert not absent, f"modules missing from the maps on docs/architecture.md (say what each does): {absent}"
