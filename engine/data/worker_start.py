@@ -1,21 +1,26 @@
 """The fork guard: a pass's forked loader workers are seen to start, and a worker stuck inside ``fork`` is replaced.
 
-Issue 39 caught a rank of a 2-process resume waiting forever for its first batch of an epoch: the loader worker
-it had just forked was still inside ``os.fork()`` (its only Python frame ``popen_fork.py``, line 66), with the
-parent's thread states of the fork instant still listed, one of them a thread with no Python frame that was gone
-from the parent moments later. A process that forks while another of its threads holds a lock the child needs
-(gloo's and torch's threads run during training) can hang that way; torch's DataLoader then waits for the
-child's batch without end, since the child is alive. The exact lock was not caught (it happens about once in
-five full test runs under load, never in thousands of forks of a quiet reproduction), so the guard is general:
+Issue 39 caught a rank of a 2-process resume waiting forever for its first batch of an epoch: the loader worker it
+had just forked was still inside ``os.fork()``. The cause, reproduced by benchmarks/fork_hang.py and read in the
+stuck child with gdb: the child waits in ``PyOS_AfterFork_Child`` -> ``_PyThreadState_DeleteExcept`` for the lock
+that guards the interpreter's list of thread states (``HEAD_LOCK``), which another thread of the parent held at
+the instant of the fork. CPython before 3.11.10 / 3.12 takes that lock in the child before making it anew
+(CPython gh-112275). The other thread is one of gloo's: each time a finished collective frees a tensor whose
+Python object it holds, gloo's thread creates a Python thread state (pybind11's ``gil_scoped_acquire`` in
+``TensorImpl::decref_pyobject``), taking the lock without the GIL; an FSDP2 run of tests/trainer/resume_script.py
+does so hundreds of times a minute. torch's DataLoader then waits for the child's batch without end, since the
+child is alive. Ember cannot hold or reset that lock from Python, so the guard is the cure on affected
+interpreters (and a safety net on every other one, for any lock a fork can inherit):
 
 - each forked worker writes its id into a pipe as the first thing its ``worker_init_fn`` does (before the
   user's, before any data is read);
-- the rank waits until every worker of the pass has, up to ``start_limit()`` seconds (30 by default; the
-  environment variable ``EMBER_LOADER_WORKER_START_S`` sets it): a fork takes milliseconds even under load;
+- the rank waits until every worker of the pass has, up to ``start_limit()`` seconds (10 by default; the
+  environment variable ``EMBER_LOADER_WORKER_START_S`` sets it), doubled at each new try: a fork takes
+  milliseconds even under load;
 - a worker that has not started by then is SIGKILLed (no signal handler of the child's could run) and the pass's
   workers are started again from the same random states, so the batches are the ones the pass would have had,
-  and a warning names the worker, its kernel wait state and the limit; after ``START_ATTEMPTS`` failed starts,
-  the rank raises ``LoaderWorkerStartError``.
+  and a warning names the worker, its kernel wait state, the limit and, on an affected Python, the fix; after
+  ``START_ATTEMPTS`` failed starts, the rank raises ``LoaderWorkerStartError``.
 
 Workers started by ``spawn`` or ``forkserver`` are not guarded: they are not forked from the training process.
 """
@@ -27,6 +32,7 @@ import random
 import select
 import signal
 import struct
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -35,9 +41,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.data.workers import LoaderWorkerTimeout
+from engine.data.workers import LoaderWorkerTimeout, unwatch_workers
 
-DEFAULT_START_LIMIT_S = 30.0
+DEFAULT_START_LIMIT_S = 10.0
 START_ATTEMPTS = 3
 START_LIMIT_ENV = "EMBER_LOADER_WORKER_START_S"
 _ID = struct.Struct("<I")  # one worker id: 4 bytes, written whole (a pipe write under PIPE_BUF is atomic)
@@ -48,7 +54,7 @@ class LoaderWorkerStartError(LoaderWorkerTimeout):
 
 
 def start_limit() -> float:
-    """Seconds a rank waits for a pass's forked workers to start (``EMBER_LOADER_WORKER_START_S``, else 30)."""
+    """Seconds a rank first waits for a pass's forked workers to start (``EMBER_LOADER_WORKER_START_S``, else 10)."""
     raw = os.environ.get(START_LIMIT_ENV)
     if raw is None:
         return DEFAULT_START_LIMIT_S
@@ -61,6 +67,16 @@ def start_limit() -> float:
                          f"DataLoader worker to start); got {START_LIMIT_ENV}={raw!r}. Unset it for the default "
                          f"{DEFAULT_START_LIMIT_S:g} s.")
     return value
+
+
+def fork_lock_note() -> str:
+    """On a Python whose fork can inherit a held thread-state lock (CPython gh-112275), what to upgrade to."""
+    version = sys.version_info
+    if version >= (3, 12) or (version[:2] == (3, 11) and version >= (3, 11, 10)):
+        return ""
+    shown = ".".join(str(part) for part in version[:3])
+    return (f" This Python ({shown}) has CPython gh-112275 (a forked child can wait forever for the thread-state "
+            f"lock another thread held at the fork, as gloo's threads do): Python 3.11.10 or 3.12+ fixes it.")
 
 
 def announce_start(pipe: tuple[int, int], worker_id: int) -> None:
@@ -79,8 +95,9 @@ def guarded_start(start: Callable[[tuple[int, int]], Any], restore: Callable[[],
     ``announce_start(pipe, id)``); returns it once every worker has started.
 
     ``restore`` puts back every random state ``start`` draws from, before a start is tried again."""
-    limit = start_limit()
+    first_limit = start_limit()
     for attempt in range(1, START_ATTEMPTS + 1):
+        limit = first_limit * 2 ** (attempt - 1)  # a slow start under load gets more time, a stuck one no more
         pipe = os.pipe()
         try:
             iterator = start(pipe)
@@ -95,14 +112,15 @@ def guarded_start(start: Callable[[tuple[int, int]], Any], restore: Callable[[],
         _end_workers(iterator, [pid for _, pid in stuck])
         if attempt == START_ATTEMPTS:
             raise LoaderWorkerStartError(
-                f"Forked DataLoader workers did not start within {limit:g} s, {START_ATTEMPTS} times in a row "
-                f"({described}). If forking a worker legitimately takes longer here, raise {START_LIMIT_ENV}; "
-                f"else start the workers another way: DataLoader(multiprocessing_context='forkserver').")
+                f"Forked DataLoader workers did not start, {START_ATTEMPTS} times in a row (the last time within "
+                f"{limit:g} s: {described}). If forking a worker legitimately takes longer here, raise "
+                f"{START_LIMIT_ENV}; else start the workers another way: "
+                f"DataLoader(multiprocessing_context='forkserver').{fork_lock_note()}")
         warnings.warn(
             f"A DataLoader worker had not started {limit:g} s after it was forked ({described}): a process forked "
             f"while another of its threads held a lock can hang inside fork. It was killed and this pass's workers "
             f"were started again from the same random states (attempt {attempt + 1} of {START_ATTEMPTS}); the "
-            f"batches are unchanged. The limit is {START_LIMIT_ENV}.", RuntimeWarning, stacklevel=2)
+            f"batches are unchanged. The limit is {START_LIMIT_ENV}.{fork_lock_note()}", RuntimeWarning, stacklevel=2)
         restore()
     raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -159,11 +177,7 @@ def _wait_state(pid: int) -> str:
 def _end_workers(iterator: Any, stuck: list[int]) -> None:
     """SIGKILL the stuck workers and shut the iterator's others down, without torch's SIGCHLD check taking the
     kill for a crash."""
-    from torch.utils.data._utils import signal_handling
-
-    if getattr(iterator, "_worker_pids_set", False):
-        signal_handling._remove_worker_pids(id(iterator))
-        iterator._worker_pids_set = False
+    unwatch_workers(iterator)
     for pid in stuck:
         try:
             os.kill(pid, signal.SIGKILL)

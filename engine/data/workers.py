@@ -168,6 +168,9 @@ def starts_by_fork(context: Any) -> bool:
 def timeout_error(stacks: WorkerStacks, iterator: Any, seconds: float, user_set: bool) -> LoaderWorkerTimeout:
     """The error a rank raises when no worker sent a batch within ``seconds``, with every worker's stack."""
     workers = list(getattr(iterator, "_workers", []))  # DataLoader keeps them in worker-id order
+    # A worker stuck before it registered the stack handler is ended by the signal: torch's SIGCHLD check would
+    # then raise "killed by signal" in place of this error, without the stacks.
+    unwatch_workers(iterator)
     alive = [(index, worker.pid) for index, worker in enumerate(workers)
              if worker.is_alive() and worker.pid is not None]
     dumped = stacks.collect(alive)
@@ -179,6 +182,16 @@ def timeout_error(stacks: WorkerStacks, iterator: Any, seconds: float, user_set:
         f"No DataLoader worker sent a batch within {seconds:g} s on this process: a worker is stuck (its stack is "
         f"below) or its reads are slower than the limit. If batches can legitimately take longer, raise {setting}."
         f"\nWorker stacks:{text or ' (no live workers)'}")
+
+
+def unwatch_workers(iterator: Any) -> None:
+    """Take ``iterator``'s workers off torch's SIGCHLD check (it raises in the main thread when one dies), before
+    they are signalled or killed on purpose."""
+    from torch.utils.data._utils import signal_handling
+
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
 
 
 def is_worker_timeout(error: RuntimeError) -> bool:

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -100,7 +101,8 @@ def _stack_folders() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("ember-loader-stacks-")}
 
 
-def test_forked_workers_write_their_stacks_to_inherited_files_and_leave_nothing_on_disk() -> None:
+def test_forked_workers_write_their_stacks_to_inherited_files_and_leave_nothing_on_disk(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a folder of its own: other workers' tests make theirs
     before = _stack_folders()
     loader = prepare_data_loader(DataLoader(StuckInWorkerOne(), batch_size=2, num_workers=2,
                                             multiprocessing_context="fork"),
@@ -113,7 +115,8 @@ def test_forked_workers_write_their_stacks_to_inherited_files_and_leave_nothing_
     assert "in worker_one_is_stuck" not in sections[0] and "in worker_one_is_stuck" in sections[1]
 
 
-def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_with_the_loader() -> None:
+def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_with_the_loader(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a folder of its own: other workers' tests make theirs
     # spawn / forkserver workers inherit no open file: each opens {pid}.stack in the loader's folder. A plain
     # subprocess stands in for such a worker (a spawned DataLoader worker takes longer to start than a test waits).
     before = _stack_folders()
@@ -138,3 +141,29 @@ def test_a_worker_started_without_fork_writes_its_stacks_into_a_folder_removed_w
     del stacks
     gc.collect()
     assert _stack_folders() == before
+
+
+class NeverUnpickles(Dataset):
+    """A dataset a spawned worker never finishes unpickling: the worker never reaches its worker_init_fn."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([float(index)])
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        never_returns()
+
+
+def test_a_worker_stuck_before_its_init_ends_the_pass_with_the_timeout_error_not_a_crash_report(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Asking it for its stacks ends it (no handler yet): torch's SIGCHLD check must not turn that into "killed by
+    # signal" in place of the error that says what happened (benchmarks/fork_hang.py met exactly this).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its stack folder stays out of the others' count
+    loader = prepare_data_loader(DataLoader(NeverUnpickles(), batch_size=2, num_workers=1,
+                                            multiprocessing_context="spawn"),
+                                 num_processes=1, process_index=0, worker_timeout=1.0)
+    _, seconds, message = _first_batches(loader)
+    assert seconds < 30
+    assert "(no stack: the worker had not started its worker_init_fn, or is gone)" in message
