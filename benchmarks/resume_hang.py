@@ -10,6 +10,10 @@ loader workers) are written to ``{out}/hang_{n}.txt`` (gdb, then faulthandler on
     python benchmarks/resume_hang.py --runs 40 --load 3 [--fsdp] [--epochs 3] [--out /tmp/hangs]
 
 Prints one line per run and a summary: ``runs N, hangs H, finished F, failed X``.
+
+The hang's cause was found with benchmarks/fork_hang.py, which makes its instant common (CPython gh-112275 met by
+gloo's threads: engine/data/worker_start.py); this whole-job reproduction rarely hits it (0 in 190 runs here),
+and with the fork guard a hit costs a worker restart, not a hang.
 """
 
 from __future__ import annotations
