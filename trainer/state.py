@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.states import TrainerFn, TrainerStatus
+from trainer.states import RunningStage, TrainerFn, TrainerStatus
 
 STAGES = ("idle", "train", "sanity_check", "validate", "test", "predict")
 
@@ -17,7 +17,9 @@ class TrainState:
 
     Attributes:
         stage: what the trainer runs right now: ``"idle"``, ``"train"``, ``"sanity_check"``, ``"validate"``,
-            ``"test"`` or ``"predict"`` (``"validate"`` also while fit validates).
+            ``"test"`` or ``"predict"`` (``"validate"`` also while fit validates). A running stage reads as
+            Lightning's ``RunningStage`` (a ``str`` enum equal to those strings, with ``.value``); a checkpoint
+            holds the plain string (nothing to unpickle).
         epoch: the training epoch in progress (0-based); after an epoch's end hooks it moves to the next one.
         batch_in_epoch: training batches of ``epoch`` already processed (the next one has this index).
         global_step: optimizer steps taken (with gradient accumulation, one per ``accumulate_grad_batches``
@@ -98,6 +100,11 @@ class TrainState:
         """Whether the last call returned normally (Lightning's ``trainer.state.finished``)."""
         return self.status == TrainerStatus.FINISHED
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "stage" and value != "idle":
+            value = RunningStage(str(value))  # Lightning code reads trainer.state.stage.value
+        super().__setattr__(name, value)
+
     @property
     def stopped(self) -> bool:
         """Whether the last call ended, normally or by an exception."""
@@ -113,6 +120,7 @@ class TrainState:
             (0, 6, 6)
         """
         values = {name: getattr(self, name) for name in _saved_fields()}
+        values["stage"] = str(values["stage"])  # the plain string: a .ckpt loads with weights_only=True
         if self.stopped_at is not None:
             values["epoch"], values["batch_in_epoch"] = self.stopped_at
         return values

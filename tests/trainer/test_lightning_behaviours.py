@@ -177,3 +177,38 @@ def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Any, interval: str, s
     Trainer(**QUIET, max_epochs=2, limit_train_batches=2, project_dir=str(tmp_path)).fit(
         module, data(n=8), ckpt_path=trainer.checkpoint_callback.best_model_path)
     assert module.loaded == ["epoch", "global_step", "mine"]  # the views are not saved a second time
+
+
+def test_the_running_stage_reads_as_lightnings_enum_and_is_saved_as_a_plain_string(tmp_path: Any) -> None:
+    # Lightning code reads trainer.state.stage.value (its progress-bar tests do, in every hook).
+    from callbacks import Callback
+    from trainer.states import RunningStage
+
+    seen: list[tuple[Any, str]] = []
+
+    class Stages(Callback):
+        def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+            seen.append((trainer.state.stage, trainer.state.stage.value))
+
+        def on_validation_batch_start(self, trainer: Any, *args: Any) -> None:
+            seen.append((trainer.state.stage, trainer.state.stage.value))
+
+    trainer = Trainer(**{**QUIET, "num_sanity_val_steps": 1}, max_epochs=1, callbacks=[Stages()])
+    trainer.fit(Regressor(), data(n=4, batch_size=4), data(n=4, batch_size=4))
+    assert seen == [(RunningStage.SANITY_CHECKING, "sanity_check"), (RunningStage.TRAINING, "train"),
+                    (RunningStage.VALIDATING, "validate")]
+    assert all(isinstance(stage, RunningStage) and stage == value for stage, value in seen)
+    assert trainer.state.stage == "idle"  # between runs (Lightning: None)
+    path = str(tmp_path / "s.ckpt")
+    trainer.save_checkpoint(path)
+    saved = torch.load(path)  # weights_only: a saved enum would need unpickling
+    stages = [v for v in _walk(saved) if isinstance(v, str) and v in ("idle", "train", "validate")]
+    assert stages and all(type(v) is str for v in stages)
+
+
+def _walk(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _walk(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _walk(v)]
+    return [value]
