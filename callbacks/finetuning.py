@@ -145,10 +145,12 @@ class BaseFinetuning(Callback):
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         params = list(params)
         kept = [p for p in params if id(p) not in held]
-        if len(kept) != len(params):
-            warnings.warn(f"{len(params) - len(kept)} of the parameters to add to {type(optimizer).__name__} are in "
-                          "one of its groups already: they are skipped. The provided params to be frozen already "
-                          "exist within another group of this optimizer.", UserWarning, stacklevel=3)
+        if len(kept) != len(params):  # Lightning 2.6's words (observed), then how many
+            warnings.warn("The provided params to be frozen already exist within another group of this optimizer. "
+                          "Those parameters will be skipped.\nHINT: Did you init your optimizer in "
+                          f"`configure_optimizer` as such:\n {type(optimizer)}(filter(lambda p: p.requires_grad, "
+                          f"self.parameters()), ...) ({len(params) - len(kept)} of the parameters to add to "
+                          f"{type(optimizer).__name__} are in one of its groups already.)", UserWarning, stacklevel=3)
         return kept
 
     @staticmethod

@@ -86,9 +86,16 @@ class BasePredictionWriter(Callback):
                                   "override write_on_epoch_end(self, trainer, module, predictions, batch_indices).")
 
     # -- hooks -------------------------------------------------------------------------------------------------
+    def on_predict_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
+        self._seen = {}  # no recording of an earlier run that ended early (an exception) is taken for this one
+
     def on_predict_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         loaders = _flat(trainer.predict_dataloaders)
-        self._seen = {i: _recorder(loader) for i, loader in enumerate(loaders)}
+        # One recording per loader for every writer of the run: starting one restarts the loader's list, which
+        # would leave an earlier writer's empty (its batch_indices None), so a writer that comes later reads it.
+        running = next((w._seen for w in trainer.callbacks
+                        if isinstance(w, BasePredictionWriter) and w is not self and w._seen), None)
+        self._seen = running if running is not None else {i: _recorder(loader) for i, loader in enumerate(loaders)}
         self._predictions = [[] for _ in loaders]
         self._epoch_indices = [[] for _ in loaders]
 

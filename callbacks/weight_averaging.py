@@ -10,6 +10,8 @@ bitwise the same average.
 from __future__ import annotations
 
 import inspect
+import logging
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -21,6 +23,7 @@ from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
 from engine.keywords import keyword_error, suggest_keywords
 
+log = logging.getLogger(__name__)
 AvgFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # What WeightAveraging's **kwargs may hold: AveragedModel's arguments that the callback does not set itself.
 _AVERAGED_MODEL_KEYWORDS = ("avg_fn", "multi_avg_fn")
@@ -125,15 +128,15 @@ class WeightAveraging(Callback):
     # -- validation and the end of fit on the averaged weights -----------------------------------------------
     def on_validation_epoch_start(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._swap(pl_module)
+            self._swap_models(pl_module)
 
     def on_validation_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._swap(pl_module)
+            self._swap_models(pl_module)
 
     def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if self._has_average():
-            self._copy_average_to(pl_module)
+            self._copy_average_to_current(pl_module)
 
     def _pairs(self, module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
         assert self._average_model is not None
@@ -143,14 +146,18 @@ class WeightAveraging(Callback):
             pairs += list(zip(average.buffers(), current.buffers()))
         return pairs
 
-    def _swap(self, module: torch.nn.Module) -> None:
+    # Lightning's names for the two weight moves: a subclass counting or wrapping them (as Lightning's own tests
+    # do) sees every swap around a validation epoch and the one copy when fit ends.
+    def _swap_models(self, module: torch.nn.Module) -> None:
+        """Exchange the module's weights with the averaged copy's (around each validation epoch)."""
         with torch.no_grad():
             for average, current in self._pairs(module):
                 saved = average.detach().clone()
                 average.copy_(current.detach())
                 current.copy_(saved)
 
-    def _copy_average_to(self, module: torch.nn.Module) -> None:
+    def _copy_average_to_current(self, module: torch.nn.Module) -> None:
+        """Give the module the averaged weights (when fit ends)."""
         with torch.no_grad():
             for average, current in self._pairs(module):
                 current.copy_(average.detach())
@@ -320,6 +327,8 @@ class StochasticWeightAveraging(WeightAveraging):
         if resumed is not None:
             self._swa_scheduler.load_state_dict(resumed)
             self._scheduler_state = None
+        elif trainer.is_global_zero:  # once, when SWA starts (a resumed run saw it then)
+            _say_swalr_takes_over(trainer.lr_scheduler_configs)
         self._lrs = list(self._swa_scheduler.get_last_lr())
         self._apply_lrs(optimizer)
 
@@ -351,7 +360,7 @@ class StochasticWeightAveraging(WeightAveraging):
     def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if not self._has_average():
             return
-        self._copy_average_to(pl_module)
+        self._copy_average_to_current(pl_module)
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
             loader = trainer.train_dataloader
             assert loader is not None
@@ -369,6 +378,20 @@ class StochasticWeightAveraging(WeightAveraging):
         self._scheduler_state = state_dict.get("scheduler_state")
         self._swa_scheduler, self._lrs = None, None
         self._swa_epoch_start = state_dict.get("swa_epoch_start", self._swa_epoch_start)
+
+
+def _say_swalr_takes_over(configs: list[Any]) -> None:
+    """Lightning 2.6's warning and info line (observed) when SWA starts while the module has a scheduler: SWALR
+    sets the learning rate from then on, once per epoch, whatever the module's scheduler's interval."""
+    if not configs:
+        return
+    config = configs[0]
+    if config.interval != "epoch" or config.frequency != 1:
+        warnings.warn(f"SWA is currently only supported every epoch. Found {config}: from the first SWA epoch on, "
+                      "SWALR sets the learning rate and steps once per epoch, and this scheduler's steps are "
+                      "overridden. Give it interval='epoch' and frequency=1 to silence this.",
+                      UserWarning, stacklevel=4)
+    log.info(f"Swapping scheduler `{type(config.scheduler).__name__}` for `SWALR`")
 
 
 def _layout(module: torch.nn.Module) -> list[tuple[str, torch.Size]]:

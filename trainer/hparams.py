@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
+
+from torch import nn
 
 
 class AttributeDict(dict):
@@ -56,7 +60,10 @@ class HyperparametersMixin:
         if frame is None:
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
-        init_args = _collect_init_args(frame, self)
+        # A dataclass module calls this from __post_init__, not __init__: its init fields are the arguments (as in
+        # Lightning, fields with init=False are left out).
+        init_args = ({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+                     if dataclasses.is_dataclass(self) else _collect_init_args(frame, self))
         # An argparse.Namespace can only exist if argparse was imported: not importing it keeps `import trainer`
         # ~5 ms cheaper.
         argparse = sys.modules.get("argparse")
@@ -78,6 +85,7 @@ class HyperparametersMixin:
             chosen = init_args
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
         hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
+        _warn_modules(hparams)
         # object.__setattr__: nn.Module's __setattr__ would work too, but this keeps the mixin framework-neutral.
         object.__setattr__(self, "_hparams", hparams)
         object.__setattr__(self, "_hparams_initial", copy.deepcopy(hparams))
@@ -96,6 +104,16 @@ class HyperparametersMixin:
     def hparams_initial(self) -> AttributeDict:
         """A copy of the hyper-parameters as first saved (later edits to ``hparams`` do not show here)."""
         return copy.deepcopy(self.__dict__.get("_hparams_initial") or AttributeDict())
+
+
+def _warn_modules(hparams: Mapping[str, Any]) -> None:
+    """Lightning 2.6's warning (observed) for each ``nn.Module`` kept: its weights are in the checkpoint's state
+    dict already, and the hyper-parameter stores the whole module once more (pickled, in every checkpoint)."""
+    for key, value in hparams.items():
+        if isinstance(value, nn.Module):
+            warnings.warn(f"Attribute {key!r} is an instance of `nn.Module` and is already saved during checkpointing. "
+                          f"It is recommended to ignore them using `self.save_hyperparameters(ignore=[{key!r}])`.",
+                          UserWarning, stacklevel=3)
 
 
 def _collect_init_args(frame: FrameType | None, obj: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from engine.random import capture_rng_state, restore_rng_state
 from trainer.compat.keywords import accepts_model
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
-from trainer.loop.data import resolve_loaders
+from trainer.loop.data import resolve_loaders, resolve_shaped
 from trainer.module import TrainModule
 from trainer.tools import batch_size as sizes
 from trainer.tools.compiling import unwrap_compiled
@@ -205,7 +205,7 @@ class Tuner:
         plan = self.trainer.plan
         kinds = ["train", "val"] if method == "fit" else ["val" if method == "validate" else method]
         for kind in kinds:
-            plan.show_loaders(kind, resolve_loaders(kind, None, datamodule, module))
+            plan.show_loaders(kind, *resolve_shaped(kind, None, datamodule, module))
 
     def search_batch_size(self, module: TrainModule, datamodule: DataModule | None, method: str = "fit", *,
                           mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,

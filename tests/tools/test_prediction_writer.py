@@ -74,6 +74,32 @@ def test_epoch_only_with_two_loaders(tmp_path: Any) -> None:
                                                                                           [[0, 1, 2, 3]]]
 
 
+def test_several_writers_each_get_the_indices() -> None:
+    # Lightning 2.6.6 (observed): a "batch", an "epoch" and a "batch_and_epoch" writer in one Trainer, two loaders
+    # of 4 and 3 samples in batches of 2; then one loader. Each writer gets every batch's indices.
+    said: list[tuple[str, str, Any]] = []
+
+    class Spy(BasePredictionWriter):
+        def write_on_batch_end(self, trainer: Any, module: Any, prediction: Any, batch_indices: Any, batch: Any,
+                               batch_idx: int, dataloader_idx: int) -> None:
+            said.append((self.interval, "batch", (batch_indices, batch_idx, dataloader_idx)))
+
+        def write_on_epoch_end(self, trainer: Any, module: Any, predictions: Any, batch_indices: Any) -> None:
+            said.append((self.interval, "epoch", batch_indices))
+
+    trainer = Trainer(**QUIET, callbacks=[Spy("batch"), Spy("epoch"), Spy("batch_and_epoch")])
+    trainer.predict(Doubler(), [indexed(4, 2), indexed(3, 2)], return_predictions=False)
+    batches = [([0, 1], 0, 0), ([2, 3], 1, 0), ([0, 1], 0, 1), ([2], 1, 1)]
+    epoch = [[[0, 1], [2, 3]], [[0, 1], [2]]]
+    assert said == [(interval, "batch", b) for b in batches for interval in ("batch", "batch_and_epoch")] + [
+        ("epoch", "epoch", epoch), ("batch_and_epoch", "epoch", epoch)]
+    said.clear()
+    trainer.predict(Doubler(), indexed(3, 2), return_predictions=False)
+    assert said == [(interval, "batch", b) for b in [([0, 1], 0, 0), ([2], 1, 0)]
+                    for interval in ("batch", "batch_and_epoch")] + [
+        ("epoch", "epoch", [[[0, 1], [2]]]), ("batch_and_epoch", "epoch", [[[0, 1], [2]]])]
+
+
 def test_shuffled_loader_indices_match_the_samples(tmp_path: Any) -> None:
     seen: list[Any] = []
 

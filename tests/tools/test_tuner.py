@@ -218,3 +218,52 @@ def test_searches_are_skipped_under_fast_dev_run() -> None:
     with pytest.warns(UserWarning, match="Skipping batch size scaler since `fast_dev_run` is enabled."):
         assert tuner.scale_batch_size(module) is None
     assert (module.lr, module.batch_size) == (0.1, 8)
+
+
+class EveryStage(TrainModule):
+    """Every stage's loader reads ``self.batch_size`` (64 samples)."""
+
+    def __init__(self, batch_size: int = 16) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.layer = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).sum()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("v", self.layer(batch[0]).sum())
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("t", self.layer(batch[0]).sum())
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0])
+
+    def _loader(self) -> DataLoader:
+        return DataLoader(regression(64), batch_size=self.batch_size)
+
+    train_dataloader = val_dataloader = test_dataloader = predict_dataloader = _loader
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+# Lightning 2.6.6 (max_trials=2, steps_per_trial=2): the loaders the trainer shows afterwards, at the size found;
+# Lightning's predict loader reports batch_size None (it wraps the batch sampler), Ember's the size.
+@pytest.mark.parametrize(("method", "mode", "init", "found", "shown"), [
+    ("fit", "power", 8, 16, {"train_dataloader": 16, "val_dataloaders": 16}),
+    ("fit", "binsearch", 17, 32, {"train_dataloader": 32, "val_dataloaders": 32}),
+    ("validate", "power", 8, 16, {"val_dataloaders": 16}),
+    ("test", "binsearch", 17, 32, {"test_dataloaders": 32}),
+    ("predict", "power", 8, 16, {"predict_dataloaders": 16}),
+])
+def test_scale_batch_size_leaves_the_stage_loaders_at_the_size_found(method: str, mode: str, init: int, found: int,
+                                                                     shown: dict[str, int]) -> None:
+    tuned = trainer()
+    size = Tuner(tuned).scale_batch_size(EveryStage(), method=method, mode=mode, init_val=init, max_trials=2,
+                                         steps_per_trial=2)
+    assert size == found
+    for name in ("train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders"):
+        loader = getattr(tuned, name)
+        assert (loader.batch_size if loader is not None else None) == shown.get(name), name

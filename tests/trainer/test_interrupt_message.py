@@ -27,7 +27,7 @@ class SignalAt(Callback):
 
 trainer = Trainer(max_epochs=5, log_with=None, project_dir={project!r}, enable_progress_bar=False,
                   enable_model_summary=False, callbacks=[ModelCheckpoint(filename="{{epoch}}-{{step}}"), SignalAt()])
-trainer.fit(Regressor(), data(n=16, batch_size=4))
+trainer.fit(Regressor(), data(n=16, batch_size=4), data(n=8, batch_size=4))
 """
 
 

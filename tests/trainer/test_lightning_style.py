@@ -42,7 +42,7 @@ def test_datamodule_and_manual_gan() -> None:
 
     gan = LitGAN()
     trainer = Trainer(**QUIET, max_epochs=2)
-    with pytest.warns(UserWarning, match="LitGAN has no validation_step: validation is skipped"):
+    with pytest.warns(UserWarning, match="You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop: LitGAN has no validation_step"):
         trainer.fit(gan, datamodule=BlobsDataModule())
     assert trainer.global_step == 2 * 4 * 2  # two optimizer steps per batch, 4 batches, 2 epochs
     assert all(gan.optimizer_types)

@@ -123,18 +123,48 @@ def test_fit_validation_total_counts_the_current_epoch_only() -> None:
     assert totals == [0, 1, 0, 1]
 
 
-def test_restarting_is_true_only_where_a_resume_started(tmp_path: Any) -> None:
-    seen: list[bool] = []
+class RestartReader(Callback):
+    """``(hook, epoch, batch_idx, fit_loop.restarting, fit_loop.epoch_loop.restarting)`` at a few hooks."""
 
-    class Reader(Callback):
-        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-            seen.append(trainer.fit_loop.restarting)
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int, bool, bool]] = []
 
+    def _read(self, trainer: Any, hook: str, batch_idx: int = -1) -> None:
+        loop = trainer.fit_loop
+        self.seen.append((hook, trainer.current_epoch, batch_idx, loop.restarting, loop.epoch_loop.restarting))
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        self._read(trainer, "batch_start", batch_idx)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self._read(trainer, "epoch_end")
+
+
+class SaveAt(Callback):
+    def __init__(self, path: str, step: int) -> None:
+        self.path, self.step = path, step
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def test_restarting_is_true_only_after_a_resume_from_inside_an_epoch(tmp_path: Any) -> None:
+    # Lightning 2.6.6 (observed, 4 batches per epoch): a resume from an epoch's end is no restart; one from step 6
+    # (epoch 1, batch 2) restarts: fit_loop.restarting until that epoch ends, epoch_loop.restarting for its
+    # first batch only.
     kwargs = {**QUIET, "enable_checkpointing": True, "project_dir": str(tmp_path), "log_with": None}
     Trainer(**{**kwargs, "max_epochs": 1}).fit(Regressor(), data())
-    trainer = Trainer(**{**kwargs, "max_epochs": 3, "callbacks": [Reader()]})
-    trainer.fit(Regressor(), data(), ckpt_path="last")
-    assert seen == [True, False]  # the resumed epoch starts where the checkpoint stood; the next does not
+    reader = RestartReader()
+    Trainer(**{**kwargs, "max_epochs": 2, "callbacks": [reader]}).fit(Regressor(), data(), ckpt_path="last")
+    assert not any(restart for *_, fit, epoch in reader.seen for restart in (fit, epoch))
+    middle = str(tmp_path / "middle.ckpt")
+    Trainer(**{**QUIET, "max_epochs": 2, "callbacks": [SaveAt(middle, 6)]}).fit(Regressor(), data())
+    reader = RestartReader()
+    Trainer(**{**QUIET, "max_epochs": 3, "callbacks": [reader]}).fit(Regressor(), data(), ckpt_path=middle)
+    assert reader.seen[:4] == [("batch_start", 1, 2, True, True), ("batch_start", 1, 3, True, False),
+                               ("epoch_end", 1, -1, True, False), ("batch_start", 2, 0, False, False)]
+    assert not any(fit or epoch for *_, fit, epoch in reader.seen[3:])
 
 
 def test_fit_loop_state_dict_is_the_checkpoints_loops_entry(run: tuple[Trainer, LoopReader], tmp_path: Any) -> None:

@@ -275,9 +275,14 @@ class Checkpointer:
         """The run was just restored from a checkpoint of this very position: an interrupt now saves nothing."""
         self.saved_position = self.restored_position = self.position()
 
-    def restarting(self) -> bool:
-        """Whether the run stands where it was restored (Lightning's ``fit_loop.restarting``): nothing since."""
-        return self.restored_position is not None and self.restored_position == self.position()
+    def restarting(self, whole_epoch: bool) -> bool:
+        """Lightning 2.6.6's ``restarting`` flags (observed): only a resume from the middle of an epoch restarts (one
+        from an epoch's end starts the next epoch afresh); ``fit_loop.restarting`` (``whole_epoch``) then stays True
+        until that epoch ends, ``fit_loop.epoch_loop.restarting`` until the run moves on from where it was restored."""
+        restored = self.restored_position
+        if restored is None or restored[1] == 0:
+            return False
+        return self.entry.state.epoch == restored[0] if whole_epoch else restored == self.position()
 
     def saved_here(self) -> bool:
         """Whether the newest checkpoint of this run holds the position the run stands at now."""

@@ -183,7 +183,8 @@ class EpochLoopView(_ReadOnly):
 
     @property
     def restarting(self) -> bool:
-        return FitLoopView(self._trainer).restarting
+        """Whether the fit resumed from the middle of an epoch and has not moved since (Lightning 2.6.6)."""
+        return self._trainer.checkpointer.restarting(whole_epoch=False)
 
 
 class FitLoopView(_ReadOnly):
@@ -253,8 +254,8 @@ class FitLoopView(_ReadOnly):
 
     @property
     def restarting(self) -> bool:
-        """Whether the current fit resumed from a checkpoint and has not moved since (Lightning)."""
-        return self._trainer.checkpointer.restarting()
+        """Whether the fit resumed from the middle of an epoch and is still in it (Lightning 2.6.6)."""
+        return self._trainer.checkpointer.restarting(whole_epoch=True)
 
     def state_dict(self) -> dict[str, Any]:
         """Lightning's ``fit_loop.state_dict()``: the ``loops["fit_loop"]`` entry Ember writes into its ``.ckpt``

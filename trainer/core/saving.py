@@ -16,6 +16,7 @@ import csv
 import os
 import warnings
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 import yaml
@@ -100,7 +101,9 @@ def _literal(text: str) -> Any:
 
 
 def _representable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool, type(None))):
+    if isinstance(value, Enum):  # its name, as Lightning 2.6 writes it (observed): a str Enum is no plain str
+        return value.name
+    if type(value) in (str, int, float, bool, type(None)):  # a subclass of them is written as its repr
         return value
     if isinstance(value, (list, tuple)):
         return [_representable(v) for v in value]

@@ -12,7 +12,9 @@ from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
 from trainer.module import TrainModule
 from trainer.utilities.combined_loader import CombinedLoader
+from trainer.utilities.rank_zero import rank_zero_warn
 from trainer.utilities.tree import Shape, flatten
+from trainer.utilities.warnings import PossibleUserWarning
 
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
 
@@ -78,6 +80,27 @@ def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None, module:
             raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or a list of them). Received: "
                             f"{type(loader).__name__}. Wrap the dataset: DataLoader(dataset, batch_size=...).")
     return loaders, shape
+
+
+def check_val_loop(val: list[DataLoader], given: Any, datamodule: DataModule | None,
+                   module: TrainModule) -> list[DataLoader]:
+    """``fit``'s validation loaders, or none when the module has no ``validation_step``; Lightning 2.6's warnings
+    (observed) when only one of the step and the data is defined. "Defined" is Lightning's: passed in, or a
+    ``val_dataloader`` method (of the data module or the module), whatever ``limit_val_batches`` says."""
+    name = type(module).__name__
+    has_step = overrides(module, TrainModule, "validation_step")
+    defined = given is not None or overrides(module, TrainModule, "val_dataloader") or (
+        datamodule is not None and overrides(datamodule, DataModule, "val_dataloader"))
+    if defined and not has_step:
+        rank_zero_warn(f"You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop: {name} "
+                       f"has no validation_step, so validation is skipped. Define {name}.validation_step to validate.",
+                       stacklevel=7)
+        return []
+    if has_step and not defined:
+        rank_zero_warn(f"You defined a `validation_step` but have no `val_dataloader`. Skipping val loop: pass "
+                       f"fit(model, train_dataloaders, val_dataloaders) or define {name}.val_dataloader() to "
+                       "validate.", category=PossibleUserWarning, stacklevel=7)
+    return val
 
 
 def check_loaders(kind: str, given: Any) -> DataLoader:

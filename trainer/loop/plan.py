@@ -28,6 +28,7 @@ from trainer.loop.combined import CombinedTrainData, check_train_mode, prepare_c
 from trainer.loop.data import (
     check_loaders,
     check_not_empty,
+    check_val_loop,
     limit_batches,
     loader_length,
     request_loaders,
@@ -120,13 +121,15 @@ class RunPlan:
         module, self.compiler = take_compiled(module, compile_options, check)
         return module
 
-    def show_loaders(self, kind: str, loaders: list[DataLoader]) -> None:
-        """Make ``loaders`` the trainer's ``{kind}`` loaders (``"train"``, ``"val"``, ``"test"``, ``"predict"``)
-        without preparing them: what the tuner leaves behind, as Lightning's does (the next run prepares its own)."""
+    def show_loaders(self, kind: str, loaders: list[DataLoader], shape: Shape | None = None) -> None:
+        """Make ``loaders`` the trainer's ``{kind}`` loaders (``"train"``, ``"val"``, ``"test"``, ``"predict"``),
+        in the ``shape`` they were given in, without preparing them: what the tuner leaves behind, as Lightning's
+        does (the next run prepares its own)."""
         if kind == "train":
             self.train_loader = loaders[0] if loaders else None
         else:
             setattr(self, f"{kind}_loaders", list(loaders))
+            self.shapes[kind] = shape
 
     def setup_fit(self, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
                   train_dataloaders: Any, val_dataloaders: Any,
@@ -155,10 +158,7 @@ class RunPlan:
         combined = training_combination(given)
         if not sanity_first:
             val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
-        if val and not overrides(module, TrainModule, "validation_step"):
-            warnings.warn(f"Validation data was given but {name} has no validation_step: validation is skipped.",
-                          UserWarning, stacklevel=4)
-            val = []
+        val = check_val_loop(val, val_dataloaders, datamodule, module)
         if combined is None:
             self._set_train_loader(config, check_loaders("train", given))
         else:
