@@ -20,7 +20,7 @@ The methods Lightning's ``Logger`` base gives a default that does nothing (``log
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -28,6 +28,15 @@ from trackers import GeneralTracker, known_trackers
 
 # What Lightning calls on a logger and where (the module docstring); only log_metrics is required.
 OPTIONAL_METHODS = ("log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint")
+
+
+@runtime_checkable
+class RunListener(Protocol):
+    """A tracker the Trainer tells where each run starts and ends (``LoggerTracker``; ``LitLogger``'s tracker)."""
+
+    def run_started(self, module: torch.nn.Module, hparams: dict[str, Any] | None) -> None: ...
+
+    def run_ended(self, status: str) -> None: ...
 
 
 def is_logger_like(value: Any) -> bool:
@@ -73,8 +82,10 @@ class LoggerTracker(GeneralTracker):
         >>> tracker = LoggerTracker(logger)
         >>> tracker.log({"loss": 0.5}, step=3)
         >>> tracker.run_ended("success")
-        >>> logger.method_calls
-        [call.log_metrics(metrics={'loss': 0.5}, step=3), call.save(), call.finalize('success')]
+        >>> [name for name, _, _ in logger.method_calls]
+        ['log_metrics', 'save', 'finalize']
+        >>> logger.log_metrics.call_args
+        call(metrics={'loss': 0.5}, step=3)
     """
 
     name = "logger"

@@ -9,7 +9,7 @@ from typing import Any
 
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
-from trainer.loggers.adapter import LoggerTracker
+from trainer.loggers.adapter import RunListener
 from trainer.metrics.logger import to_python
 from trainer.state import TrainState
 
@@ -20,9 +20,9 @@ class TrackerLink:
     """The trainer's side of the engine's trackers: the run configuration, metric payloads, the end.
 
     Trackers start at the first run that logs (never under ``fast_dev_run``) and finish once; a failed run
-    finishes them too, so their files are complete. The logger objects driven through a ``LoggerTracker`` (a
-    ``Logger`` subclass without a tracker, a duck-typed logger) also get Lightning's per-run calls, on the main
-    process: ``run_started`` when each ``fit`` / ``validate`` / ``test`` starts, ``run_ended`` when any run ends.
+    finishes them too, so their files are complete. Trackers that are ``RunListener``s (a ``LoggerTracker``, which
+    makes Lightning's per-run logger calls; ``LitLogger``'s) are told, on the main process, where each ``fit`` /
+    ``validate`` / ``test`` starts (``run_started``) and where any run ends (``run_ended``).
     """
 
     def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool,
@@ -34,7 +34,7 @@ class TrackerLink:
         self.enabled = enabled and bool(accelerator.log_with)
         self.started = self.finished = False
         given = accelerator.log_with if isinstance(accelerator.log_with, (list, tuple)) else [accelerator.log_with]
-        self.driven = [t for t in given if isinstance(t, LoggerTracker)] if self.enabled else []
+        self.listeners = [t for t in given if isinstance(t, RunListener)] if self.enabled else []
 
     def hyperparameters(self, owners: tuple[Any, ...]) -> dict[str, Any]:
         """The hyperparameters of ``owners`` (the module and data module) that are logged, merged."""
@@ -46,7 +46,7 @@ class TrackerLink:
 
     def start(self, owners: tuple[Any, ...]) -> None:
         """Start the trackers (at the first run) with the hyperparameters of ``owners`` (the module and data module)
-        as config, then tell the driven loggers a run starts (a later run sends them the hyperparameters again)."""
+        as config, then tell the listening trackers a run starts (a later run sends them the hyperparameters again)."""
         if not self.enabled:
             return
         config = self.hyperparameters(owners)
@@ -55,14 +55,14 @@ class TrackerLink:
             self.accelerator.init_trackers(self.project_name, config=config or None)
             self.started = True
         if self.accelerator.is_main_process:
-            for tracker in self.driven:
+            for tracker in self.listeners:
                 tracker.run_started(owners[0], None if sent else config)
 
     def run_ended(self, status: str) -> None:
-        """Lightning's ``finalize(status)`` to the driven loggers at the end of every run (``"success"`` or
+        """Lightning's ``finalize(status)`` to the listening trackers at the end of every run (``"success"`` or
         ``"failed"``), on the main process; Ember's own trackers stay open for the next run."""
         if self.accelerator.is_main_process and not self.finished:
-            for tracker in self.driven:
+            for tracker in self.listeners:
                 tracker.run_ended(status)
 
     def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False) -> None:
@@ -80,7 +80,7 @@ class TrackerLink:
                                  log_kwargs=_OWN_ROW if new_row else None)
 
     def end_failed_run(self) -> None:
-        """A run raised: ``finalize("failed")`` to the driven loggers (Lightning's call), then finish every tracker
+        """A run raised: ``finalize("failed")`` to the listening trackers (Lightning's call), then finish every tracker
         (even if a logger's ``finalize`` raised), so their files are complete."""
         try:
             self.run_ended("failed")
