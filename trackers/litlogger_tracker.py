@@ -11,10 +11,11 @@ from trackers.base import GeneralTracker, started
 
 
 def utc_version() -> str:
-    """The time now as an RFC 3339 stamp without colons (Lightning's ``LitLogger`` version: litlogger stores it in
-    the experiment name, and the platform wants RFC 3339 with a ``Z``), e.g. ``2026-11-29T18-16-02.123Z``."""
+    """The time now, ISO 8601 with the colons made dashes: Lightning 2.6's ``LitLogger`` version, exactly as it
+    comes out of Lightning (observed: ``2026-11-29T18-38-32.503+00-00``; its code means to end it with ``Z`` but
+    replaces the colons first), so a ported script names its experiments as before."""
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace(":", "-").replace("+00:00", "Z")
+    return stamp.replace(":", "-").replace("+00:00", "Z")  # Lightning's two replacements, in its order
 
 
 class LitLoggerTracker(GeneralTracker):

@@ -118,7 +118,9 @@ def log_dir(loggers: list[Any], root_dir: str) -> str | None:
     if not loggers:
         return root_dir
     first = loggers[0]
-    return first.log_dir if isinstance(first, (VersionedLogger, TrackerLogger)) else first.save_dir
+    if isinstance(first, (VersionedLogger, TrackerLogger)):
+        return first.log_dir
+    return getattr(first, "save_dir", None)  # a duck-typed logger may have none
 
 
 def convert_module(config: Any, module: torch.nn.Module, world_size: int) -> None:
