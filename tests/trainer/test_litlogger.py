@@ -147,6 +147,18 @@ def test_a_trainer_logs_through_the_experiment(litlogger: types.ModuleType, tmp_
     assert not experiment.finalize.called  # the engine keeps the experiment open for the trainer's next call
 
 
+def test_a_failed_fit_finalizes_the_experiment_failed(litlogger: types.ModuleType, tmp_path: Path) -> None:
+    class Failing(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            raise ValueError("boom")
+
+    trainer = Trainer(**QUIET_LOGGER, default_root_dir=tmp_path, max_steps=2, log_every_n_steps=1,
+                      logger=LitLogger(root_dir=tmp_path, name="demo"))
+    with pytest.raises(ValueError, match="boom"):
+        trainer.fit(Failing(), data(n=8))
+    experiment_of(litlogger).finalize.assert_called_once_with("failed")  # Lightning's finalize("failed")
+
+
 def _checkpointed_fit(litlogger: types.ModuleType, tmp_path: Path, save_top_k: int) -> tuple[Any, list[Any]]:
     """A 3-epoch fit with LitLogger(log_model=True); the Model(...) uploads seen at each checkpoint save."""
     logger = LitLogger(root_dir=tmp_path, name="demo", log_model=True)

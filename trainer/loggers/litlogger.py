@@ -46,6 +46,8 @@ class LitRunTracker(LitLoggerTracker):
     def run_ended(self, status: str) -> None:
         if self.tracker is not None:
             self.run_end()
+            if status == "failed":  # the engine finishes every tracker next: with Lightning's status
+                self.finish(status)
 
 
 class LitLogger(Logger):

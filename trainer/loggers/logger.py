@@ -138,7 +138,9 @@ class Logger:
                         **kwargs: Any) -> None:
         """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""
         tracker = self._open() if rank_zero_only.rank == 0 else None
-        if tracker is not None and not isinstance(tracker, LoggerTracker):  # a subclass without one records none
+        # A subclass driven by a LoggerTracker that does not override this records nothing (its tracker would call
+        # this method back).
+        if tracker is not None and not isinstance(tracker, LoggerTracker):
             tracker.store_init_configuration(convert_params(params))
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
