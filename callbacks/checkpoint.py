@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from callbacks.base import Callback
-from callbacks.checkpoint_files import link_checkpoint, relative, remove_checkpoints, resolve
+from callbacks.checkpoint_files import link_checkpoint, relative, remove_checkpoints, resolve, tell_loggers
 from callbacks.checkpoint_names import number, render
 from callbacks.exceptions import MisconfigurationException
 from callbacks.protocols import TrainerView
@@ -480,6 +480,7 @@ class ModelCheckpoint(Callback):
                 else:
                     trainer.save_checkpoint(path, self.save_weights_only)
                 self._report(trainer, path, score, epoch, step, asynchronous)
+                tell_loggers(trainer, self)
         except BaseException:
             self.load_state_dict(before)
             raise

@@ -1,9 +1,12 @@
 """What ``ModelCheckpoint`` does to checkpoints (files or folders) besides writing them: delete replaced ones, link
-``last.ckpt``, and store their paths relative to the run folder (so a copied run folder stays self-contained)."""
+``last.ckpt``, store their paths relative to the run folder (so a copied run folder stays self-contained), and tell
+the loggers."""
 
 from __future__ import annotations
 
 import os
+import weakref
+from typing import Any
 
 from callbacks.protocols import TrainerView
 from engine.checkpoint import folders
@@ -64,3 +67,14 @@ def resolve(path: str, base: str) -> str:
     if not path or os.path.isabs(path):
         return path
     return os.path.normpath(os.path.join(base, *path.split("/")))
+
+
+def tell_loggers(trainer: TrainerView, callback: Any) -> None:
+    """Lightning's ``logger.after_save_checkpoint(proxy(callback))`` to every logger after each checkpoint written
+    (not a ``last.ckpt`` link), on the main process. A logger that uploads checkpoints reads the callback's paths
+    and scores there; a duck-typed logger may lack the method (Lightning's base ``Logger`` does nothing in it)."""
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            notify = getattr(logger, "after_save_checkpoint", None)
+            if notify is not None:
+                notify(weakref.proxy(callback))

@@ -1,4 +1,5 @@
-"""Experiment trackers: `GeneralTracker` and the built-ins (csv, tensorboard, wandb, comet_ml, mlflow).
+"""Experiment trackers: `GeneralTracker` and the built-ins (csv, tensorboard, wandb, comet_ml, mlflow), plus
+`LitLoggerTracker` (the Lightning AI platform, behind Lightning's ``LitLogger``; not a ``log_with`` name).
 
 Nothing here imports a tracking backend: each tracker imports its package in ``start()``. This package imports
 nothing from the rest of Ember (``engine`` builds on it, not the other way round).
@@ -7,6 +8,7 @@ nothing from the rest of Ember (``engine`` builds on it, not the other way round
 from trackers.base import GeneralTracker
 from trackers.comet_tracker import CometMLTracker
 from trackers.csv_tracker import CSVTracker
+from trackers.litlogger_tracker import LitLoggerTracker
 from trackers.mlflow_tracker import MLflowTracker
 from trackers.registry import (
     BUILTIN_TRACKERS,
@@ -15,6 +17,7 @@ from trackers.registry import (
     is_installed,
     known_trackers,
     register_tracker_class,
+    require_installed,
     unregister_tracker_class,
 )
 from trackers.tensorboard_tracker import TensorBoardTracker
@@ -26,6 +29,7 @@ __all__ = [
     "CSVTracker",
     "CometMLTracker",
     "GeneralTracker",
+    "LitLoggerTracker",
     "MLflowTracker",
     "TensorBoardTracker",
     "WandBTracker",
@@ -37,5 +41,6 @@ __all__ = [
     "known_trackers",
     "normalize_values",
     "register_tracker_class",
+    "require_installed",
     "unregister_tracker_class",
 ]

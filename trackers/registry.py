@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from trackers.base import GeneralTracker
 from trackers.comet_tracker import CometMLTracker
@@ -64,8 +65,23 @@ def known_trackers() -> list[str]:
 
 
 def is_installed(cls: type[GeneralTracker]) -> bool:
-    """Whether the package ``cls`` needs can be imported (checked without importing it)."""
-    return cls.package is None or importlib.util.find_spec(cls.package) is not None
+    """Whether the package ``cls`` needs can be imported (checked without importing it; one already imported, or
+    put in ``sys.modules`` as a test's stand-in, counts)."""
+    if cls.package is None or sys.modules.get(cls.package) is not None:
+        return True
+    return importlib.util.find_spec(cls.package) is not None
+
+
+def require_installed(cls: type[GeneralTracker], user: str | None = None) -> None:
+    """Raise ``ModuleNotFoundError`` naming the extra to install when ``cls``'s package is missing.
+
+    Example:
+        >>> require_installed(CSVTracker)  # needs nothing
+    """
+    if not is_installed(cls):
+        install = f'pip install "ember-train[{cls.extra}]"' if cls.extra else f"pip install {cls.package}"
+        raise ModuleNotFoundError(f"{user or f'Logging with {cls.name!r}'} needs the `{cls.package}` package, which "
+                                  f"is not installed: {install}", name=cls.package)
 
 
 def available_trackers() -> list[str]:
@@ -78,7 +94,7 @@ def get_tracker_class(name: str) -> type[GeneralTracker]:
 
     Raises:
         ValueError: ``name`` is not registered; the message lists the known names.
-        ImportError: the tracker's package is missing; the message says which extra to install.
+        ModuleNotFoundError: the tracker's package is missing; the message says which extra to install.
     """
     if not isinstance(name, str):
         raise TypeError(f"A tracker name must be a str. Received: {name!r} ({type(name).__name__}).")
@@ -86,8 +102,5 @@ def get_tracker_class(name: str) -> type[GeneralTracker]:
     if cls is None:
         raise ValueError(f"Unknown tracker {name!r}. Known trackers: {known_trackers()}; add your own with "
                          "trackers.register_tracker_class(MyTracker) or pass a GeneralTracker instance.")
-    if not is_installed(cls):
-        install = f'pip install "ember-train[{cls.extra}]"' if cls.extra else f"pip install {cls.package}"
-        raise ImportError(f"Logging with {cls.name!r} needs the `{cls.package}` package, which is not "
-                          f"installed: {install}")
+    require_installed(cls)
     return cls

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = ("tqdm", "tensorboard", "wandb", "comet_ml", "mlflow", "torchmetrics", "matplotlib", "pandas",
-            "jsonargparse", "torchao", "rich")
+            "jsonargparse", "torchao", "rich", "litlogger")
 
 
 def test_import_trainer_works_with_every_optional_package_blocked() -> None:

@@ -6,7 +6,8 @@ construction:
 
 - ``logger``: ``None`` or ``True`` (Lightning's default logger: TensorBoard when installed, else CSV, under
   ``default_root_dir``; ``None`` with ``log_with=...``: those trackers), ``False`` (no logging), a ``trainer.loggers.Logger``, an
-  Ember ``GeneralTracker``, or a list of those. Loggers hand their tracker to the engine (one logging path).
+  Ember ``GeneralTracker``, any object with Lightning's logger methods (driven by ``trainer.loggers.adapter``), or
+  an iterable of those. Loggers hand their tracker to the engine (one logging path).
 - ``default_root_dir``: Ember's ``project_dir``.
 - ``strategy`` / ``devices`` / ``num_nodes`` / ``accelerator``: see ``trainer.strategies`` and
   ``trainer.compat.launching``.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -38,6 +39,7 @@ from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.compat.spawn import SpawnLauncher, in_process_launcher
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
+from trainer.loggers.adapter import LoggerTracker, is_logger_like, lightning_run_folder, not_a_logger
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.plugins.environments import ClusterEnvironment, resolve_environment
 from trainer.strategies import DDPStrategy, Strategy, resolve_strategy
@@ -55,7 +57,7 @@ class LightningChoices:
 
     log_with: Any
     project_dir: Any
-    loggers: tuple[Logger, ...] = ()
+    loggers: tuple[Any, ...] = ()  # Ember's Logger views, and duck-typed logger objects as given
     accelerator_kwargs: dict[str, Any] = field(default_factory=dict)
     # trainer.strategy: the strategy object (a name became the object it stands for), resolved once.
     strategy: Strategy = field(default_factory=DDPStrategy)
@@ -79,10 +81,11 @@ class LightningChoices:
         (``{log_dir}/checkpoints``, Lightning's place), and the folder of its ``version_N`` siblings when the
         version was picked automatically (``ckpt_path="last"`` looks in their checkpoints too, so a restarted
         script finds the run it continues). ``(None, None)`` without a file logger."""
-        first = next((view for view in self.loggers if view.log_dir is not None), None)
+        first = next((view for view in self.loggers if run_folder(view) is not None), None)
         if first is None:
             return None, None
-        found = [first.log_dir, getattr(first, "root_dir", None) if getattr(first, "auto_version", False) else None]
+        versioned = isinstance(first, VersionedLogger) and first.auto_version
+        found = [run_folder(first), first.root_dir if versioned else None]
         if accelerator.num_processes > 1:
             from engine import broadcast_object_list
 
@@ -96,13 +99,13 @@ class LightningChoices:
             launch_and_exit(self.processes, self.cpu, precision, self.strategy.kind == "fsdp")
 
 
-def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run: bool = False,
-                 trackers_asked: bool = False, main_process: bool = True) -> list[Logger]:
+def logger_views(loggers: tuple[Any, ...], trackers: list[Any], fast_dev_run: bool = False,
+                 trackers_asked: bool = False, main_process: bool = True) -> list[Any]:
     """``trainer.loggers``: the given ``loggers``, or views of the ``trackers`` that ``log_with`` started; under
     ``fast_dev_run`` (which logs nothing), and on the other processes (trackers run on the main one only), one
     ``DummyLogger`` where there would have been loggers (given ones, or trackers asked for with ``log_with``), as
     Lightning's loggers do nothing off rank 0."""
-    views: list[Logger] = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
+    views: list[Any] = list(loggers) if loggers else [TrackerLogger(tracker) for tracker in trackers]
     if fast_dev_run:
         return [DummyLogger()] if loggers or trackers_asked else []
     if not views and trackers_asked and not main_process:
@@ -110,12 +113,14 @@ def logger_views(loggers: tuple[Logger, ...], trackers: list[Any], fast_dev_run:
     return views
 
 
-def log_dir(loggers: list[Logger], root_dir: str) -> str | None:
-    """``trainer.log_dir``: the first logger's run folder (``save_dir`` for remote-style loggers), or the root."""
+def log_dir(loggers: list[Any], root_dir: str) -> str | None:
+    """``trainer.log_dir``: the first logger's run folder (``save_dir`` for the others, as Lightning), or the root."""
     if not loggers:
         return root_dir
     first = loggers[0]
-    return first.log_dir if isinstance(first, (VersionedLogger, TrackerLogger)) else first.save_dir
+    if isinstance(first, (VersionedLogger, TrackerLogger)):
+        return first.log_dir
+    return getattr(first, "save_dir", None)  # a duck-typed logger may have none
 
 
 def convert_module(config: Any, module: torch.nn.Module, world_size: int) -> None:
@@ -268,7 +273,13 @@ def default_logger(root: str) -> Logger:
     return CSVLogger(root)
 
 
-def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[Any, list[Logger]]:
+def run_folder(view: Any) -> str | None:
+    """A given logger's run folder, where ``ModelCheckpoint`` saves by default: an Ember logger's ``log_dir``, a
+    duck-typed one's ``{save_dir}/{name}/{version}`` (Lightning's rule), ``None`` for remote-style ones."""
+    return view.log_dir if isinstance(view, Logger) else lightning_run_folder(view)
+
+
+def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[Any, list[Any]]:
     """``(log_with for the engine, the Logger views)``.
 
     Neither ``logger=`` nor ``log_with=`` (or ``logger=True``): Lightning's default logger, under the project
@@ -285,19 +296,23 @@ def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[
     if logger is None or logger is True:
         default = default_logger(root)
         return [default.tracker], [default]
-    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-    views, trackers = [], []
+    # As Lightning: an iterable is a collection of loggers (a MagicMock iterates as empty: no logger), anything
+    # else one logger. A string is refused, not split into characters.
+    iterable = isinstance(logger, Iterable) and not isinstance(logger, (str, bytes, Logger, GeneralTracker))
+    items = list(logger) if iterable else [logger]
+    views: list[Any] = []
+    trackers: list[GeneralTracker] = []
     for item in items:
         if isinstance(item, Logger):
             views.append(item)
             trackers.append(item.tracker)
         elif isinstance(item, GeneralTracker):
             trackers.append(item)
+        elif is_logger_like(item):  # Lightning calls any object's logger methods: the adapter makes its calls
+            views.append(item)
+            trackers.append(LoggerTracker(item))
         else:
-            raise TypeError(f"Trainer(logger=...) takes True / False, a logger from trainer.loggers (CSVLogger, "
-                            f"TensorBoardLogger, WandbLogger, CometLogger, MLFlowLogger, or a Logger subclass), an "
-                            f"Ember GeneralTracker, or a list of them. Received: {type(item).__name__} "
-                            f"({item!r:.80}).")
+            raise not_a_logger(item)
     return trackers, views
 
 

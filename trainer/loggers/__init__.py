@@ -6,10 +6,11 @@ logger's own ``log_metrics`` go through that one tracker. Nothing here imports a
 
 from trainer.loggers.comet import CometLogger
 from trainer.loggers.csv_logs import CSVLogger
+from trainer.loggers.litlogger import LitLogger
 from trainer.loggers.logger import DummyExperiment, DummyLogger, Logger
 from trainer.loggers.mlflow import MLFlowLogger
 from trainer.loggers.tensorboard import TensorBoardLogger
 from trainer.loggers.wandb import WandbLogger
 
-__all__ = ["CSVLogger", "CometLogger", "DummyExperiment", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger",
-           "WandbLogger"]
+__all__ = ["CSVLogger", "CometLogger", "DummyExperiment", "DummyLogger", "LitLogger", "Logger", "MLFlowLogger",
+           "TensorBoardLogger", "WandbLogger"]

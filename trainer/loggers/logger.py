@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from trackers import GeneralTracker, group_values, normalize_values
+from trainer.loggers.adapter import LoggerTracker
 from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
@@ -74,7 +75,7 @@ class Logger:
         if type(self).log_metrics is Logger.log_metrics:
             raise TypeError(f"{type(self).__name__} is a Logger that defines no log_metrics(metrics, step): "
                             "override log_metrics (and log_hyperparams, name, version) as for Lightning, or use "
-                            "one of CSVLogger, TensorBoardLogger, WandbLogger, CometLogger, MLFlowLogger.")
+                            "one of CSVLogger, TensorBoardLogger, WandbLogger, CometLogger, MLFlowLogger, LitLogger.")
         return LoggerTracker(self)
 
     def _open(self) -> GeneralTracker:
@@ -136,9 +137,11 @@ class Logger:
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None, *args: Any,
                         **kwargs: Any) -> None:
         """Record the run configuration (a dict or an ``argparse.Namespace``), on rank 0."""
-        if rank_zero_only.rank != 0:
-            return
-        self._open().store_init_configuration(convert_params(params))
+        tracker = self._open() if rank_zero_only.rank == 0 else None
+        # A subclass driven by a LoggerTracker that does not override this records nothing (its tracker would call
+        # this method back).
+        if tracker is not None and not isinstance(tracker, LoggerTracker):
+            tracker.store_init_configuration(convert_params(params))
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Record the model graph where the backend supports it (TensorBoard); others do nothing, as in Lightning."""
@@ -147,7 +150,9 @@ class Logger:
         """Flush: Ember's trackers write every ``log`` call through, so there is nothing left to flush."""
 
     def finalize(self, status: str) -> None:
-        """Close the run (the Trainer closes it at the end of each run too)."""
+        """Close the run. (Ember's built-in loggers hand their tracker to the engine, which keeps the run open from
+        one Trainer call to the next; a ``Logger`` subclass without a tracker is finalized after each call, as in
+        Lightning: see ``trainer.loggers.adapter``.)"""
         if self._tracker is not None and self._tracker.tracker is not None:
             self._tracker.finish()
 
@@ -293,32 +298,6 @@ class VersionedLogger(Logger):
 
 def warn_unused(logger: str, what: str) -> None:
     rank_zero_warn(f"{logger}: {what}", stacklevel=3)
-
-
-class LoggerTracker(GeneralTracker):
-    """Drives a user's Lightning-style ``Logger`` subclass as an Ember tracker (rank 0 only, as in Lightning)."""
-
-    name = "logger"
-    requires_logging_directory = False
-
-    def __init__(self, logger: Logger) -> None:
-        super().__init__()
-        self.logger = logger
-        self.name = f"logger:{type(logger).__name__}:{id(logger)}"  # one per logger object
-
-    @property
-    def tracker(self) -> Logger:
-        return self.logger
-
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.logger.log_hyperparams(values)
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.logger.log_metrics(values, step)
-
-    def finish(self) -> None:
-        self.logger.save()
-        self.logger.finalize("success")
 
 
 class TrackerLogger(Logger):

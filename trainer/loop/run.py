@@ -125,6 +125,7 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
         if datamodule is not None:
             datamodule.teardown(stage)
         hooks.call("teardown", stage)
+        trackers.run_ended("success")  # Lightning finalizes its loggers after each run's teardown
     except BaseException as error:
         # torchrun's agent SIGTERMs the surviving ranks as soon as one dies; held until this rank has said where
         # the run can resume from (then delivered: the process ends as the agent asked, the line printed).
@@ -133,7 +134,7 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
                 hooks.call_callbacks("on_exception", error)
             finally:
                 try:
-                    trackers.finish()
+                    trackers.end_failed_run()
                 finally:
                     if not owner_ends:
                         end_failed_process(accelerator, error, _hint(stage, newest, accelerator.num_processes))

@@ -1,5 +1,6 @@
-"""`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer; the warning
-when an epoch is shorter than the logging interval."""
+"""`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer, and tells the
+Lightning-style logger objects it drives where each run starts and ends; the warning when an epoch is shorter than
+the logging interval."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
+from trainer.loggers.adapter import RunListener
 from trainer.metrics.logger import to_python
 from trainer.state import TrainState
 
@@ -18,7 +20,9 @@ class TrackerLink:
     """The trainer's side of the engine's trackers: the run configuration, metric payloads, the end.
 
     Trackers start at the first run that logs (never under ``fast_dev_run``) and finish once; a failed run
-    finishes them too, so their files are complete.
+    finishes them too, so their files are complete. Trackers that are ``RunListener``s (a ``LoggerTracker``, which
+    makes Lightning's per-run logger calls; ``LitLogger``'s) are told, on the main process, where each ``fit`` /
+    ``validate`` / ``test`` starts (``run_started``) and where any run ends (``run_ended``).
     """
 
     def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool,
@@ -29,17 +33,37 @@ class TrackerLink:
         self.project_name = project_name
         self.enabled = enabled and bool(accelerator.log_with)
         self.started = self.finished = False
+        given = accelerator.log_with if isinstance(accelerator.log_with, (list, tuple)) else [accelerator.log_with]
+        self.listeners = [t for t in given if isinstance(t, RunListener)] if self.enabled else []
 
-    def start(self, owners: tuple[Any, ...]) -> None:
-        """Start the trackers with the hyperparameters of ``owners`` (the module and data module) as config."""
-        if self.started or not self.enabled:
-            return
+    def hyperparameters(self, owners: tuple[Any, ...]) -> dict[str, Any]:
+        """The hyperparameters of ``owners`` (the module and data module) that are logged, merged."""
         config: dict[str, Any] = {}
         for owner in owners if self.autolog else ():
             if owner is not None and owner.__dict__.get("_log_hyperparams", True):
                 config.update(owner.hparams)
-        self.accelerator.init_trackers(self.project_name, config=config or None)
-        self.started = True
+        return config
+
+    def start(self, owners: tuple[Any, ...]) -> None:
+        """Start the trackers (at the first run) with the hyperparameters of ``owners`` (the module and data module)
+        as config, then tell the listening trackers a run starts (a later run sends them the hyperparameters again)."""
+        if not self.enabled:
+            return
+        config = self.hyperparameters(owners)
+        sent = not self.started and bool(config)  # as the run configuration, just now
+        if not self.started:
+            self.accelerator.init_trackers(self.project_name, config=config or None)
+            self.started = True
+        if self.accelerator.is_main_process:
+            for tracker in self.listeners:
+                tracker.run_started(owners[0], None if sent else config)
+
+    def run_ended(self, status: str) -> None:
+        """Lightning's ``finalize(status)`` to the listening trackers at the end of every run (``"success"`` or
+        ``"failed"``), on the main process; Ember's own trackers stay open for the next run."""
+        if self.accelerator.is_main_process and not self.finished:
+            for tracker in self.listeners:
+                tracker.run_ended(status)
 
     def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False) -> None:
         """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running.
@@ -54,6 +78,14 @@ class TrackerLink:
             payload.setdefault("epoch", self.state.epoch)
             self.accelerator.log(payload, step=self.state.global_step if step is None else step,
                                  log_kwargs=_OWN_ROW if new_row else None)
+
+    def end_failed_run(self) -> None:
+        """A run raised: ``finalize("failed")`` to the listening trackers (Lightning's call), then finish every tracker
+        (even if a logger's ``finalize`` raised), so their files are complete."""
+        try:
+            self.run_ended("failed")
+        finally:
+            self.finish()
 
     def state_dict(self) -> dict[str, Any]:
         """The trackers' run identities, for a checkpoint (a resumed run reopens the same runs)."""
