@@ -129,8 +129,11 @@ def _worker(rank: int, processes: int, port: int, caller: int, sent: Any, folder
             torch.save(_results(trainer, module, value), os.path.join(folder, "rank0.pt"))
     except BaseException:
         # When, where and what: the caller reports the first failure (the others fail in their next collective).
-        with open(os.path.join(folder, f"failed-{rank}.txt"), "w") as record:
+        # Written aside and renamed: the caller may read the folder while a later rank is still writing its record.
+        writing = os.path.join(folder, f"writing-{rank}.txt")
+        with open(writing, "w") as record:
             record.write(f"{clock.failed_at or time.time()} {os.getpid()}\n{traceback.format_exc()}")
+        os.replace(writing, os.path.join(folder, f"failed-{rank}.txt"))
         raise
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
