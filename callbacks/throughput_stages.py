@@ -60,11 +60,13 @@ class StageThroughput:
         self.module_has_flops: bool | None = None
         self.steps_seen = 0
 
-    def setup(self, trainer: TrainerView, module: torch.nn.Module, entry: str) -> None:
-        """A new ``fit`` / ``validate`` / ``test`` / ``predict`` call: fresh windows for the stages it runs."""
+    def setup(self, trainer: TrainerView, module: torch.nn.Module, entry: str,
+              flops_of: Callable[[torch.device, torch.dtype], int | None] = get_available_flops) -> None:
+        """A new ``fit`` / ``validate`` / ``test`` / ``predict`` call: fresh windows for the stages it runs
+        (``flops_of``: the peak-FLOP/s lookup, the callback's module's own name for it)."""
         self.entry = entry
         if "available_flops" not in self.options and trainer.is_global_zero:
-            self.available_flops = get_available_flops(trainer.accelerator.device, _compute_dtype(trainer, module))
+            self.available_flops = flops_of(trainer.accelerator.device, _compute_dtype(trainer, module))
         world_size = self.options.get("world_size", trainer.world_size)
         window = {k: v for k, v in self.options.items() if k in ("window_size", "separator")}
         stages = ("train", "validate") if entry == "fit" else {"validate": ("validate",), "test": ("test",),

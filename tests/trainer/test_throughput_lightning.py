@@ -198,3 +198,20 @@ def test_embers_form_is_unchanged() -> None:
     Trainer(**{**QUIET, "log_with": [tracker]}, max_epochs=1, callbacks=[monitor]).fit(Regressor(), data(n=16))
     assert [step for step, _ in tracker.logged("throughput/samples_per_sec")] == [2, 4]
     assert not any(key.startswith("train/") for _, values in tracker.rows for key in values)
+
+
+def test_the_peak_flops_lookup_is_the_callbacks_module_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's tests patch lightning.pytorch.callbacks.throughput_monitor.get_available_flops (Ember's
+    # callbacks.throughput): the monitor must read that name when a run is set up.
+    import callbacks.throughput as monitor_module
+
+    asked: list[tuple[torch.device, torch.dtype]] = []
+
+    def fake(device: torch.device, dtype: torch.dtype) -> int:
+        asked.append((device, dtype))
+        return 100
+
+    monkeypatch.setattr(monitor_module, "get_available_flops", fake)
+    monitor = ThroughputMonitor(batch_size_fn=lambda batch: 3)
+    Trainer(**QUIET, max_steps=1, callbacks=[monitor]).fit(Flops(), data(n=8))
+    assert monitor.available_flops == 100 and asked == [(torch.device("cpu"), torch.float32)]
