@@ -87,3 +87,12 @@ def test_connecting_a_module_attaches_it_without_a_run() -> None:
     module = Regressor()
     assert trainer.strategy.connect(module) is trainer.strategy  # Lightning's connect(model)
     assert trainer.lightning_module is module and module.trainer is trainer and trainer.strategy.lightning_module is module
+
+
+def test_the_launcher_is_the_in_process_one_or_none() -> None:
+    # Lightning's strategy.launcher: None where this process trains itself; ddp_spawn's launcher in the caller.
+    from trainer.compat.spawn import SpawnLauncher
+
+    assert Trainer(**QUIET, max_epochs=1).strategy.launcher is None
+    spawning = Trainer(**QUIET, max_epochs=1, strategy="ddp_spawn", accelerator="cpu", devices=2).strategy.launcher
+    assert isinstance(spawning, SpawnLauncher) and spawning.processes == 2

@@ -78,6 +78,14 @@ class Strategy(ABC):
         return trainer
 
     @property
+    def launcher(self) -> Any:
+        """Lightning's ``strategy.launcher``: what starts this run's worker processes from this process. The
+        in-process launcher of ``ddp_spawn`` / ``ddp_fork`` / ``ddp_notebook`` in the calling process; None in a
+        process that trains itself (one process, or a worker: Ember's script launch starts those before the
+        Trainer exists)."""
+        return getattr(self._trainer(), "_launcher", None)
+
+    @property
     def root_device(self) -> torch.device:
         """The device this process trains on."""
         return self._trainer().accelerator.device
