@@ -142,6 +142,11 @@ class DataModule(DataHooks, HyperparametersMixin):
             lines.append(f"{{{label}: {text}}}")
         return os.linesep.join(lines)
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when a ``fit`` / ``validate`` / ``test`` / ``predict`` run raises, after the callbacks'
+        ``on_exception`` and before the strategy's (Lightning's order): override to release what the data module
+        holds (open files, a server). The exception is raised again afterwards."""
+
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (JSON-able values and tensors); empty by default."""
         return {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -165,3 +166,32 @@ def test_an_exception_runs_on_exception_and_finishes_the_trackers(tmp_path: Any)
     with pytest.raises(KeyError, match="boom"):
         trainer.fit(Regressor(), data())
     assert isinstance(seen[0], KeyError) and tracker.finished
+
+
+def test_on_exception_goes_to_the_callbacks_the_data_module_then_the_strategy(tmp_path: Any) -> None:
+    # Lightning 2.6's order (trainer/call.py's _interrupt): callbacks, data module, strategy, loggers.
+    from trainer import DataModule
+
+    order: list[str] = []
+    error = RuntimeError("boom")
+
+    class Fails(Callback):
+        def on_train_start(self, *args: Any) -> None:
+            raise error
+
+        def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+            order.append("callback" if exception is error else "?")
+
+    class Data(DataModule):
+        def train_dataloader(self) -> Any:
+            return data()
+
+        def on_exception(self, exception: BaseException) -> None:
+            order.append("datamodule" if exception is error else "?")
+
+    trainer = _trainer(tmp_path, callbacks=[Fails()])
+    strategy = trainer.strategy
+    with (mock.patch.object(type(strategy), "on_exception", lambda self, exception: order.append("strategy")),
+          pytest.raises(RuntimeError, match="boom")):
+        trainer.fit(Regressor(), datamodule=Data())
+    assert order == ["callback", "datamodule", "strategy"]

@@ -131,7 +131,13 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
         # the run can resume from (then delivered: the process ends as the agent asked, the line printed).
         with held_signals((signal.SIGTERM,), accelerator.num_processes > 1 and not owner_ends):
             try:
+                # Lightning's order: the callbacks, the data module, the strategy, then the loggers (below).
                 hooks.call_callbacks("on_exception", error)
+                if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
+                    datamodule.on_exception(error)
+                on_exception = getattr(getattr(module._attached_trainer(), "strategy", None), "on_exception", None)
+                if callable(on_exception):
+                    on_exception(error)
             finally:
                 try:
                     trackers.end_failed_run()

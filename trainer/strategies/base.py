@@ -77,6 +77,11 @@ class Strategy(ABC):
                                "Trainer(strategy=...), then read trainer.strategy.")
         return trainer
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when a run raises, after the callbacks' and the data module's ``on_exception`` (Lightning's
+        hook; its order). Ember's strategies need no clean-up of their own here (the failure path ends the other
+        processes); a subclass may override it. The exception is raised again afterwards."""
+
     @property
     def launcher(self) -> Any:
         """Lightning's ``strategy.launcher``: what starts this run's worker processes from this process. The
