@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.states import RunningStage, TrainerFn, TrainerStatus
+from trainer.states import TrainerFn, TrainerStatus
 
 STAGES = ("idle", "train", "sanity_check", "validate", "test", "predict")
 
@@ -18,8 +18,8 @@ class TrainState:
     Attributes:
         stage: what the trainer runs right now: ``"idle"``, ``"train"``, ``"sanity_check"``, ``"validate"``,
             ``"test"`` or ``"predict"`` (``"validate"`` also while fit validates). A running stage reads as
-            Lightning's ``RunningStage`` (a ``str`` enum equal to those strings, with ``.value``); a checkpoint
-            holds the plain string (nothing to unpickle).
+            Lightning's ``RunningStage`` (a ``str`` enum equal to those strings, with ``.value``: the places that
+            start a stage set one); a checkpoint holds the plain string (nothing to unpickle).
         epoch: the training epoch in progress (0-based); after an epoch's end hooks it moves to the next one.
         batch_in_epoch: training batches of ``epoch`` already processed (the next one has this index).
         global_step: optimizer steps taken (with gradient accumulation, one per ``accumulate_grad_batches``
@@ -99,11 +99,6 @@ class TrainState:
     def finished(self) -> bool:
         """Whether the last call returned normally (Lightning's ``trainer.state.finished``)."""
         return self.status == TrainerStatus.FINISHED
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "stage" and value != "idle":
-            value = RunningStage(str(value))  # Lightning code reads trainer.state.stage.value
-        super().__setattr__(name, value)
 
     @property
     def stopped(self) -> bool:

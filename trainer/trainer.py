@@ -50,7 +50,7 @@ from trainer.optim import clip_gradients
 from trainer.plugins.environments import check_environment
 from trainer.profiling import profiled, profiled_iter, resolve_profiler
 from trainer.state import TrainState
-from trainer.states import TrainerFn, TrainerStatus
+from trainer.states import RunningStage, TrainerFn, TrainerStatus
 from trainer.utilities.rank_zero import rank_zero_info
 
 
@@ -238,7 +238,7 @@ class Trainer:
             self.evaluation.run("sanity_check", hooks)
         metrics.set_stage("train")
         metrics.set_epoch_hook(True)
-        state.stage = "train"
+        state.stage = RunningStage.TRAINING  # Lightning code reads trainer.state.stage.value
         hooks.call("on_train_start")
         plan.start_val_clock()
         # The per-batch hooks are called only when something overrides them (their tuples are usually empty).

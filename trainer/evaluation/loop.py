@@ -19,7 +19,7 @@ from trainer.metrics.logger import MetricLogger, to_python
 from trainer.metrics.tracking import TrackerLink
 from trainer.profiling import profile, profiled_iter
 from trainer.state import TrainState
-from trainer.states import TrainerFn
+from trainer.states import RunningStage, TrainerFn
 from trainer.utilities.rank_zero import rank_zero_warn
 from trainer.utilities.seed import isolate_rng
 
@@ -61,7 +61,7 @@ class EvaluationLoop:
         alone = previous == "idle"  # a validate() / test() call, outside fit: its rows are not training rows
         if alone:  # its results replace the last run's (Lightning)
             metrics.clear_results()
-        self.state.stage = stage
+        self.state.stage = RunningStage(stage)
         metrics.set_stage(stage)
         if stage == "sanity_check":
             saved = metrics.snapshot()
@@ -139,7 +139,7 @@ class EvaluationLoop:
         plan, model, module = self.plan, self.plan.model, self.plan.module
         assert model is not None and module is not None
         loaders, counts = plan.predict_loaders, plan.num_predict_batches
-        self.state.stage = "predict"
+        self.state.stage = RunningStage.PREDICTING
         self.metrics.set_stage("predict")
         with self.grad_off():  # the whole run, its start and end hooks included, as in Lightning
             modes = to_eval_mode("predict", hooks, module, model)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from trainer.state import TrainState
+from trainer.states import RunningStage
 
 
 @dataclass
@@ -91,7 +92,7 @@ def stage_shown(state: TrainState | None, stage: str) -> Iterator[None]:
         yield
         return
     current = state.stage
-    state.stage = stage
+    state.stage = RunningStage(stage)
     try:
         yield
     finally:
