@@ -110,6 +110,11 @@ class TensorBoardTracker(GeneralTracker):
         for summary in (experiment, session_start, session_end):
             writer.file_writer.add_summary(summary)
         writer.file_writer.flush()
+        self.write_configuration(values)
+
+    def write_configuration(self, values: dict[str, Any]) -> None:
+        """The configuration as a file in the run folder (``layout="lightning"``): ``hparams.json``. Lightning's
+        logger writes ``hparams.yaml`` instead (``trainer.loggers.TensorBoardLogger`` overrides this)."""
         _write(os.path.join(self.log_dir, "hparams.json"), json.dumps(values, indent=2, default=str))
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:

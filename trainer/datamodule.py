@@ -42,6 +42,10 @@ class DataModule(DataHooks, HyperparametersMixin):
     """
 
     prepare_data_per_node: bool = True
+    # Lightning's names of the .ckpt keys holding the data module's hyper-parameters.
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self) -> None:
         self._trainer_ref: weakref.ReferenceType[Any] | None = None

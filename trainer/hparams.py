@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -57,37 +57,44 @@ class HyperparametersMixin:
             >>> Net(lr=0.5).hparams
             {'lr': 0.5, 'depth': 2}
         """
+        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+            return  # an empty container: nothing to save (Lightning's rule), what was saved before stays
         if frame is None:
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         # A dataclass module calls this from __post_init__, not __init__: its init fields are the arguments (as in
         # Lightning, fields with init=False are left out).
         init_args = ({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
-                     if dataclasses.is_dataclass(self) else _collect_init_args(frame, self))
-        # An argparse.Namespace can only exist if argparse was imported: not importing it keeps `import trainer`
-        # ~5 ms cheaper.
-        argparse = sys.modules.get("argparse")
-        if len(args) == 1 and argparse is not None and isinstance(args[0], argparse.Namespace):
-            chosen = dict(vars(args[0]))
-        elif len(args) == 1 and isinstance(args[0], Mapping):
-            chosen = dict(args[0])
-        elif args:
-            names = [a for a in args if isinstance(a, str)]
-            if len(names) != len(args):
-                raise TypeError(f"save_hyperparameters takes argument names (str) or one dict/Namespace. Received: "
-                                f"{args!r:.200}.")
-            missing = [n for n in names if n not in init_args]
-            if missing:
-                raise ValueError(f"save_hyperparameters{tuple(names)}: {missing} are not arguments of __init__ "
-                                 f"(it has {sorted(init_args)}).")
-            chosen = {n: init_args[n] for n in names}
+                     if dataclasses.is_dataclass(self) else _collect_init_args(frame))
+        ignored = {ignore} if isinstance(ignore, str) else {i for i in ignore or () if isinstance(i, str)}
+        init_args = {k: v for k, v in init_args.items() if k not in ignored}
+        containers = [a for a in args if not isinstance(a, str)]
+        if not args:
+            chosen: Any = init_args
+            name = "kwargs" if init_args else None
+        elif len(containers) == 1:
+            # One object (dict, Namespace, OmegaConf container) is the hyper-parameters; its argument's name is
+            # recorded, so load_from_checkpoint passes it back under that name: cls(config=...).
+            chosen = containers[0]
+            name = next((k for k, v in init_args.items() if _same(v, chosen)), None)
         else:
-            chosen = init_args
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        hparams = AttributeDict({k: v for k, v in chosen.items() if k not in ignored})
+            missing = [a for a in args if isinstance(a, str) and a not in init_args]
+            if missing:
+                raise ValueError(f"save_hyperparameters{tuple(args)}: {missing} are not arguments of __init__ "
+                                 f"(it has {sorted(init_args)}).")
+            chosen, name = {a: init_args[a] for a in args if isinstance(a, str)}, "kwargs"
+        hparams = _as_hparams(chosen)
+        current = self.__dict__.get("_hparams")
+        if isinstance(hparams, dict) and isinstance(current, dict):
+            # A subclass calling it after its parent did adds to what the parent saved (Lightning's rule).
+            current.update(hparams)
+            hparams = current
+        for key in ignored:  # a subclass can drop what a parent saved
+            hparams.pop(key, None)
         _warn_modules(hparams)
         # object.__setattr__: nn.Module's __setattr__ would work too, but this keeps the mixin framework-neutral.
         object.__setattr__(self, "_hparams", hparams)
+        object.__setattr__(self, "_hparams_name", name)
         object.__setattr__(self, "_hparams_initial", copy.deepcopy(hparams))
         object.__setattr__(self, "_log_hyperparams", logger)
 
@@ -106,7 +113,7 @@ class HyperparametersMixin:
         return copy.deepcopy(self.__dict__.get("_hparams_initial") or AttributeDict())
 
 
-def _warn_modules(hparams: Mapping[str, Any]) -> None:
+def _warn_modules(hparams: MutableMapping[str, Any]) -> None:
     """Lightning 2.6's warning (observed) for each ``nn.Module`` kept: its weights are in the checkpoint's state
     dict already, and the hyper-parameter stores the whole module once more (pickled, in every checkpoint)."""
     for key, value in hparams.items():
@@ -116,21 +123,104 @@ def _warn_modules(hparams: Mapping[str, Any]) -> None:
                           UserWarning, stacklevel=3)
 
 
-def _collect_init_args(frame: FrameType | None, obj: Any) -> dict[str, Any]:
-    """Arguments of every ``__init__`` frame of ``obj`` on the stack, the most derived class winning."""
+_PRIMITIVES = (bool, int, float, str)
+
+
+def _same(value: Any, chosen: Any) -> bool:
+    """Whether init argument ``value`` is the container passed to ``save_hyperparameters`` (equal, as Lightning
+    compares; a comparison that raises, e.g. of tensors, counts as different)."""
+    try:
+        return value is chosen or bool(value == chosen)
+    except Exception:  # noqa: BLE001 - any failing __eq__/__bool__: not the same argument
+        return False
+
+
+def _as_hparams(value: Any) -> Any:
+    """The stored form of what ``save_hyperparameters`` was given: a dict or a ``Namespace`` as an
+    ``AttributeDict``, an OmegaConf container or another mutable mapping as it is (Lightning's rules).
+
+    Raises:
+        ValueError: a number, string or bool, or any other type (the error says what to pass).
+    """
+    argparse = sys.modules.get("argparse")  # a Namespace exists only if argparse was imported (import cost)
+    if argparse is not None and isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, dict):
+        return AttributeDict(value)
+    if isinstance(value, _PRIMITIVES):
+        raise ValueError(f"save_hyperparameters() received {value!r}: Primitives {_PRIMITIVES} are not allowed as "  # noqa: TRY004 - Lightning raises ValueError here
+                         "the hyper-parameters. Pass the names of init arguments as strings "
+                         "(save_hyperparameters('lr')), or one dict / Namespace / OmegaConf config.")
+    if isinstance(value, MutableMapping) or type(value).__module__.startswith("omegaconf"):
+        return value
+    raise ValueError(f"save_hyperparameters() received a {type(value).__name__}: Unsupported config type. Pass the "
+                     "names of init arguments as strings, or one dict / Namespace / OmegaConf config.")
+
+
+def _collect_init_args(frame: FrameType | None) -> dict[str, Any]:
+    """Arguments of the ``__init__`` frames on the stack, the most derived class winning, as Lightning collects
+    them: the frames of ``__init__`` methods of hyper-parameter-saving objects, from the
+    caller outwards, the outer ones winning; so a module built inside another module's ``__init__`` also sees
+    that one's arguments.
+    Each frame's values are the arguments' current values (an argument reassigned before the call counts as
+    reassigned); ``*args`` are dropped and ``**kwargs`` expanded."""
     per_frame: list[dict[str, Any]] = []
-    while frame is not None and frame.f_code.co_name == "__init__":
-        info = inspect.getargvalues(frame)
-        if not info.args or info.locals.get(info.args[0]) is not obj:
+    inside = False
+    while frame is not None and frame.f_back is not None:
+        values = _init_args_of(frame)
+        if values is not None:
+            per_frame.append(values)
+            inside = True
+        elif inside:
             break
-        # *args are dropped and **kwargs expanded, as Lightning does.
-        values = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
-        if info.keywords:
-            values.update(info.locals.get(info.keywords) or {})
-        values.pop("__class__", None)
-        per_frame.append(values)
         frame = frame.f_back
     merged: dict[str, Any] = {}
-    for values in per_frame:  # innermost (the base class) first, so derived classes override
+    for values in per_frame:  # the caller's frame first, so an enclosing (derived class's) __init__ wins
         merged.update(values)
     return merged
+
+
+def _init_args_of(frame: FrameType) -> dict[str, Any] | None:
+    """The arguments of ``frame`` if it is an ``__init__`` of a hyper-parameter-saving object, else None."""
+    if frame.f_code.co_name != "__init__":
+        return None
+    info = inspect.getargvalues(frame)
+    if not info.args or not isinstance(info.locals.get(info.args[0]), HyperparametersMixin):
+        return None
+    values = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
+    if info.keywords:
+        values.update(info.locals.get(info.keywords) or {})
+    for skipped in ("__class__", "frame", "frame_args"):
+        values.pop(skipped, None)
+    return values
+
+
+def drop_unpicklable(hparams: MutableMapping[str, Any]) -> None:
+    """Remove, with Lightning's warning, the hyper-parameters that cannot be pickled (a lambda, an open file):
+    a checkpoint could not hold them (Lightning does this at the start of each run; so does the Trainer).
+
+    Example:
+        >>> import warnings
+        >>> hp = {"lr": 0.1, "fn": lambda x: x}
+        >>> with warnings.catch_warnings(record=True):
+        ...     drop_unpicklable(hp)
+        >>> hp
+        {'lr': 0.1}
+    """
+    import pickle
+
+    plain = (str, int, float, bool, type(None))
+    for key in [k for k, v in hparams.items() if not isinstance(v, plain) and not _picklable(v, pickle)]:
+        warnings.warn(f"Attribute {key!r} removed from hparams because it cannot be pickled. You can suppress this "
+                      f"warning by setting `self.save_hyperparameters(ignore=[{key!r}])`; pass it again to "
+                      f"load_from_checkpoint(..., {key}=...) when loading.",
+                      UserWarning, stacklevel=2)
+        del hparams[key]
+
+
+def _picklable(value: Any, pickle: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except (pickle.PickleError, AttributeError, RuntimeError, TypeError):
+        return False
+    return True

@@ -56,7 +56,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
     __jit_ignored_attributes__: ClassVar[list[str]]
     strict_loading: bool | None = None  # load_from_checkpoint's strict when it is not given (None: True)
     # Lightning's names of the .ckpt keys holding the module's hyper-parameters (trainer.checkpoint.lightning_format).
-    CHECKPOINT_HYPER_PARAMS_KEY, CHECKPOINT_HYPER_PARAMS_NAME = "hyper_parameters", "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_KEY, CHECKPOINT_HYPER_PARAMS_NAME, CHECKPOINT_HYPER_PARAMS_TYPE = (
+        "hyper_parameters", "hparams_name", "hparams_type")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -182,8 +182,26 @@ def read(report: str) -> dict[str, dict]:
     return entries
 
 
+# Ember's names of the classes the shim stands in for Lightning's: a test parametrized by the class itself gets
+# Ember's name in its id (test_x[TrainModule]); it is the same test as Lightning's test_x[LightningModule].
+SHIM_CLASS_NAMES = {"TrainModule": "LightningModule", "DataModule": "LightningDataModule"}
+
+
+def lightning_id(nodeid: str) -> str:
+    """``nodeid`` with the shim's class names in its parameters as Lightning's.
+
+    >>> lightning_id("t.py::test_ignore[TrainModule]"), lightning_id("t.py::test_x[DataModule-2]")
+    ('t.py::test_ignore[LightningModule]', 't.py::test_x[LightningDataModule-2]')
+    """
+    name, bracket, params = nodeid.partition("[")
+    for ember_name, lightning_name in SHIM_CLASS_NAMES.items():
+        params = re.sub(rf"\b{ember_name}\b", lightning_name, params)
+    return name + bracket + params
+
+
 def compare(lightning: dict[str, dict], ember: dict[str, dict]) -> dict[str, list]:
     """Tests passing on Lightning, split by their Ember kind (a collection error fails the file's tests)."""
+    ember = {**ember, **{lightning_id(n): e for n, e in ember.items()}}
     collection = [e for n, e in ember.items() if n.endswith("::<collection>")]
     kinds: dict[str, list] = collections.defaultdict(list)
     for nodeid, entry in lightning.items():

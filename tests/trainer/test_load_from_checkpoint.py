@@ -81,11 +81,13 @@ def test_non_plain_hparams_are_refused_unless_overridden_or_trusted(tmp_path: Pa
     assert {"epoch", "global_step", "hyper_parameters", "state_dict", "optimizer_states"} <= set(loaded.loaded_keys)
     trusted = WithBackbone.load_from_checkpoint(path, weights_only=False)
     assert trusted.backbone == PurePosixPath("/models/resnet")
-    # Unpicklable values cannot be stored at all: they must come back as overrides.
+    # Unpicklable values cannot be stored at all (dropped when the run starts): they must come back as overrides.
     module = WithBackbone(backbone=lambda x: x)
     path = _fit(module, tmp_path / "lambda")
-    with pytest.raises(ValueError, match="could not be stored in the checkpoint: pass it again"):
+    with pytest.raises(TypeError, match=r"missing required arguments \['backbone'\].*load_from_checkpoint\(path, "
+                                        r"backbone=\.\.\.\)"):
         WithBackbone.load_from_checkpoint(path, weights_only=False)
+    assert WithBackbone.load_from_checkpoint(path, backbone="again").backbone == "again"
 
 
 def test_datamodule_is_rebuilt_with_its_state(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from engine.tracking.hub import TrackerHub
 from tests.trackers.test_comet_tracker import QUIET, _messages, _metrics, comet_env  # noqa: F401 - fixture
@@ -116,7 +117,8 @@ def test_tensorboard_logger_writes_scalars_hparams_and_graph(tmp_path: Path) -> 
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(2, 0.5)]
     assert [(e.step, e.value) for e in events.Scalars("hp_metric")] == [(0, -1.0)]  # default_hp_metric
     assert events.Graph() is not None
-    assert json.loads(Path(logger.log_dir, "hparams.json").read_text()) == {"lr": 0.1}
+    assert yaml.safe_load(Path(logger.log_dir, logger.NAME_HPARAMS_FILE).read_text()) == {"lr": 0.1}
+    assert logger.hparams == {"lr": 0.1} and not Path(logger.log_dir, "hparams.json").exists()
 
 
 def test_mlflow_logger_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,6 +39,10 @@ EMBER_KEY = "ember"  # Ember's own part of a .ckpt file (exact-resume state, ide
 FORMAT = "ember-ckpt"
 VERSION = 1
 _TEMP_MARK = ".tmp-"
+# A file changed on purpose (loaded, edited, saved again with torch.save) fails its digests like a damaged one: the
+# way out the errors name. Without "ember" it is read as Lightning's own files are (no digests, no exact resume).
+EDITED_HINT = ("If you changed this file on purpose, delete its 'ember' entry before saving it again: it then loads "
+               "as a Lightning checkpoint (weights, optimizer, counters; no exact-resume state).")
 
 
 def _xxh3_128() -> Any:
@@ -219,7 +223,7 @@ def verify(path: str, checkpoint: dict[str, Any], keys: Iterable[str] | None = N
     if keys is None and set(checkpoint) != set(expected):
         raise CorruptCheckpointError(f"Checkpoint {path} is corrupted: it holds the keys {sorted(checkpoint)}, its "
                                      f"digests list {sorted(expected)}. Resume from another checkpoint, or restore "
-                                     "the file from a copy.")
+                                     f"the file from a copy. {EDITED_HINT}")
     without = {key: value for key, value in ember.items() if key != "digests"}
     for key in wanted:
         value = without if key == EMBER_KEY else checkpoint.get(key)
@@ -228,7 +232,8 @@ def verify(path: str, checkpoint: dict[str, Any], keys: Iterable[str] | None = N
             raise CorruptCheckpointError(
                 f"Checkpoint {path} is corrupted: its {key!r} has {algorithm} {actual}, the file's digest says "
                 f"{expected.get(key)} (flipped bits on disk, or a damaged copy). Resume from another checkpoint "
-                "(ckpt_path='last' falls back to the previous one of the same run), or restore the file from a copy.")
+                "(ckpt_path='last' falls back to the previous one of the same run), or restore the file from a copy. "
+                f"{EDITED_HINT}")
 
 
 def read(path: str, *, unpickle: bool = False) -> dict[str, Any]:

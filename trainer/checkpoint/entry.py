@@ -14,7 +14,7 @@ import torch
 from callbacks import Callback
 from engine.checkpoint.io import CheckpointError
 from trainer.checkpoint.format import FORMAT, VERSION, check_format, check_plain
-from trainer.checkpoint.hparams_io import encode_hparams
+from trainer.checkpoint.hparams_io import hparams_record
 from trainer.checkpoint.identity import identity_of, new_run_id
 from trainer.loop.hooks import overrides
 from trainer.metrics.logger import MetricLogger
@@ -75,8 +75,7 @@ class TrainerEntry:
         the run identity (no hooks run: Lightning's weights-only checkpoints hold no callback state)."""
         return {"trainer": {"state": self.state.state_dict()},
                 "run": identity_of(self.run_id, self.attached.module, self.job),
-                "hyper_parameters": {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
-                                     "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}}
+                "hyper_parameters": self._hparams()}
 
     def state_dict(self) -> dict[str, Any]:
         """The entry of a checkpoint taken now; runs the ``on_save_checkpoint`` hooks (callbacks, then module)."""
@@ -91,14 +90,18 @@ class TrainerEntry:
                    for name, value in self.metrics.callback_metrics.items()
                    if isinstance(value, (torch.Tensor, int, float))}
         # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
-        hparams = {"module": encode_hparams(getattr(self.attached.module, "hparams", None)),
-                   "datamodule": encode_hparams(getattr(self.attached.datamodule, "hparams", None))}
+        hparams = self._hparams()
         payload = {"format": FORMAT, "version": VERSION, "run": identity_of(self.run_id, self.attached.module, self.job),
                    "trainer": self.trainer_state(),
                    "trackers": self.trackers.state_dict(), "checkpoint": extra, "callback_metrics": metrics,
                    "prepared": list(self.prepared), "hyper_parameters": hparams}
         check_plain(payload, "checkpoint")
         return payload
+
+    def _hparams(self) -> dict[str, Any]:
+        """The module's and data module's hyper-parameters, encoded (``hparams_io.hparams_record``)."""
+        return {**hparams_record(self.attached.module, "module"), **hparams_record(self.attached.datamodule,
+                                                                                    "datamodule")}
 
     def _lightning_views(self) -> dict[str, Any]:
         """Lightning's keys of the checkpoint dict that ``on_save_checkpoint`` hooks read: ``state_dict``,

@@ -73,3 +73,36 @@ def decode_hparams(encoded: dict[str, Any], overrides: dict[str, Any], unpickle:
         decoded[key] = value
     decoded.update(overrides)
     return decoded
+
+
+def hparams_record(owner: Any, role: str) -> dict[str, Any]:
+    """What a checkpoint keeps of ``owner``'s hyper-parameters (``role``: ``"module"`` or ``"datamodule"``): the
+    encoded values under ``role``, the init argument they were given as under ``{role}_name`` (Lightning's
+    ``hparams_name``: ``"kwargs"`` for separate arguments, ``"config"`` for ``save_hyperparameters(config)``), and
+    for an OmegaConf config its type's name under ``{role}_type`` (stored as plain values, rebuilt on load).
+
+    Example:
+        >>> class Owner:
+        ...     hparams, _hparams_name = {"lr": 0.1}, "kwargs"
+        >>> hparams_record(Owner(), "module")
+        {'module': {'lr': 0.1}, 'module_name': 'kwargs', 'module_type': None}
+    """
+    hparams = getattr(owner, "hparams", None)
+    kind = None
+    if hparams is not None and type(hparams).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        kind = f"{type(hparams).__module__}.{type(hparams).__qualname__}"
+        hparams = OmegaConf.to_container(hparams, resolve=True)
+    name = getattr(owner, "_hparams_name", None)
+    return {role: encode_hparams(hparams), f"{role}_name": name if hparams else None, f"{role}_type": kind}
+
+
+def typed(hparams: dict[str, Any], kind: str | None) -> Any:
+    """``hparams`` as the config type a checkpoint names (an OmegaConf config is rebuilt from its plain values;
+    no type, or one that is not OmegaConf's, leaves the dict: nothing is imported by a name read from a file)."""
+    if kind and kind.startswith("omegaconf."):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.create(hparams)
+    return hparams

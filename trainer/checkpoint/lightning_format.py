@@ -26,7 +26,8 @@ LIGHTNING_VERSION = "2.6.6"
 SCALER_KEY = "MixedPrecision"  # Lightning's key for the gradient scaler (its precision plugin's class name)
 LIGHTNING_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", "loops", "callbacks",
                   "optimizer_states", "lr_schedulers", "hparams_name", "hyper_parameters",
-                  "datamodule_hparams_name", "datamodule_hyper_parameters", SCALER_KEY)
+                  "datamodule_hparams_name", "datamodule_hyper_parameters", "hparams_type",
+                  "datamodule_hparams_type", SCALER_KEY)
 
 
 def trainer_entry(custom: list[Any]) -> dict[str, Any] | None:
@@ -89,13 +90,16 @@ def loops_of(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hyper_parameters(entry: dict[str, Any]) -> dict[str, Any]:
-    """Lightning's hyper-parameter keys from the entry (values that are not plain data stay sealed)."""
+    """Lightning's hyper-parameter keys from the entry (values that are not plain data stay sealed; an OmegaConf
+    config's type is named as text, which Lightning reads back as an ``AttributeDict``)."""
     found: dict[str, Any] = {}
     saved = entry.get("hyper_parameters") or {}
-    if saved.get("module"):
-        found.update(hparams_name="kwargs", hyper_parameters=saved["module"])
-    if saved.get("datamodule"):
-        found.update(datamodule_hparams_name="kwargs", datamodule_hyper_parameters=saved["datamodule"])
+    for role, prefix in (("module", ""), ("datamodule", "datamodule_")):
+        if saved.get(role):
+            found[f"{prefix}hparams_name"] = saved.get(f"{role}_name", "kwargs")
+            found[f"{prefix}hyper_parameters"] = saved[role]
+            if saved.get(f"{role}_type"):
+                found[f"{prefix}hparams_type"] = saved[f"{role}_type"]
     return found
 
 

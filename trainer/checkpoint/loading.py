@@ -21,7 +21,7 @@ from engine.checkpoint.state import custom_name, read_model_weights
 from trainer.checkpoint import ckpt_file
 from trainer.checkpoint.ckpt_file import EMBER_KEY
 from trainer.checkpoint.format import FORMAT
-from trainer.checkpoint.hparams_io import decode_hparams
+from trainer.checkpoint.hparams_io import decode_hparams, typed
 from trainer.checkpoint.lightning_format import is_ember, trainer_entry
 
 
@@ -40,7 +40,19 @@ def read_file(path: str, unpickle: bool) -> dict[str, Any]:
     return {"state_dict": checkpoint["state_dict"], "checkpoint": checkpoint, "datamodule_state": datamodule_state,
             "weights_only": weights_only,
             "hyper_parameters": {"module": checkpoint.get("hyper_parameters") or {},
-                                 "datamodule": checkpoint.get("datamodule_hyper_parameters") or {}}}
+                                 "module_name": checkpoint.get("hparams_name"),
+                                 "module_type": _type_name(checkpoint.get("hparams_type")),
+                                 "datamodule": checkpoint.get("datamodule_hyper_parameters") or {},
+                                 "datamodule_name": checkpoint.get("datamodule_hparams_name"),
+                                 "datamodule_type": _type_name(checkpoint.get("datamodule_hparams_type"))}}
+
+
+def _type_name(kind: Any) -> str | None:
+    """A checkpoint's hyper-parameter type as text: Ember writes the name; Lightning pickles the class itself
+    (read only with ``weights_only=False``)."""
+    if kind is None or isinstance(kind, str):
+        return kind
+    return f"{getattr(kind, '__module__', '')}.{getattr(kind, '__qualname__', '')}"
 
 
 def read_entry(path: str | os.PathLike[str], unpickle: bool) -> dict[str, Any] | None:
@@ -62,12 +74,24 @@ def read_entry(path: str | os.PathLike[str], unpickle: bool) -> dict[str, Any] |
     return None
 
 
-def build(cls: type[Any], encoded: dict[str, Any], overrides: dict[str, Any], unpickle: bool) -> Any:
-    """``cls(**hyper-parameters)``, keeping only the arguments ``cls.__init__`` takes (all with ``**kwargs``)."""
-    kwargs = decode_hparams(encoded, overrides, unpickle, cls.__name__)
+def build(cls: type[Any], saved: dict[str, Any], role: str, overrides: dict[str, Any], unpickle: bool) -> Any:
+    """``cls`` rebuilt from the hyper-parameters ``saved[role]`` (updated by ``overrides``), as Lightning does:
+    passed as the one argument they were given as (``saved[f"{role}_name"]``, e.g. ``cls(config=...)``), else
+    as keyword arguments; only those ``cls.__init__`` takes, unless it takes ``**kwargs``."""
+    hparams = typed(decode_hparams(saved.get(role) or {}, overrides, unpickle, cls.__name__), saved.get(f"{role}_type"))
     parameters = inspect.signature(cls.__init__).parameters
+    named = [name for name, p in list(parameters.items())[1:]
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    argument = saved.get(f"{role}_name")
+    kwargs = {argument: hparams, **overrides} if argument and argument in named else dict(hparams)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in parameters}
+        kwargs = {k: v for k, v in kwargs.items() if k in named}
+    missing = [n for n in named if n not in kwargs and parameters[n].default is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"{cls.__name__}.__init__() missing required arguments {missing}: the checkpoint's "
+                        "hyper-parameters do not hold them (left out by save_hyperparameters(ignore=...), or "
+                        "dropped at the run's start because they could not be pickled). Pass them again: "
+                        f"{cls.__name__}.load_from_checkpoint(path, {missing[0]}=...).")
     return cls(**kwargs)
 
 
@@ -75,6 +99,7 @@ def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hpar
                 weights_only: bool | None, overrides: dict[str, Any]) -> Any:
     """What ``TrainModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
+    path = downloaded(path)
     if os.path.isfile(path):
         entry: dict[str, Any] | None = read_file(os.fspath(path), unpickle)
         state_dict = entry["state_dict"] if entry is not None else None
@@ -84,10 +109,10 @@ def load_module(cls: type, path: str | os.PathLike[str], map_location: Any, hpar
     if state_dict is None:
         raise CheckpointError(f"{os.fspath(path)} holds no full model weights (model.safetensors): a sharded FSDP "
                               "checkpoint is loaded by trainer.fit(ckpt_path=...).")
-    encoded = (entry or {}).get("hyper_parameters", {}).get("module", {})
+    saved = dict((entry or {}).get("hyper_parameters", {}))
     if hparams_file is not None:
-        encoded = read_hparams_file(hparams_file)
-    module = build(cls, encoded, overrides, unpickle)
+        saved["module"] = read_hparams_file(hparams_file)
+    module = build(cls, saved, "module", overrides, unpickle)
     module.configure_model()  # layers built late exist before the weights are loaded (a no-op by default)
     checkpoint = dict((entry or {}).get("checkpoint", {}))
     checkpoint.update(state_dict=state_dict, hyper_parameters=dict(module.hparams))
@@ -114,6 +139,7 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
                     overrides: dict[str, Any]) -> Any:
     """What ``DataModule.load_from_checkpoint`` does (see there)."""
     unpickle = weights_only is False
+    path = downloaded(path)
     entry = read_file(os.fspath(path), unpickle) if os.path.isfile(path) else read_entry(path, unpickle)
     if entry is not None and entry.get("weights_only"):
         raise CheckpointError(f"{os.fspath(path)} is a weights-only checkpoint file: it holds no data module "
@@ -122,14 +148,36 @@ def load_datamodule(cls: type, path: str | os.PathLike[str], hparams_file: Any, 
         raise CheckpointError(f"{os.fspath(path)} is a weights-only folder: it holds no data module "
                               "hyper-parameters. Load a checkpoint written by ModelCheckpoint or "
                               "trainer.save_checkpoint(path).")
-    encoded = entry.get("hyper_parameters", {}).get("datamodule", {})
+    saved = dict(entry.get("hyper_parameters", {}))
     if hparams_file is not None:
-        encoded = read_hparams_file(hparams_file)
-    datamodule = build(cls, encoded, overrides, unpickle)
+        saved["datamodule"] = read_hparams_file(hparams_file)
+    datamodule = build(cls, saved, "datamodule", overrides, unpickle)
     state = entry.get("datamodule_state") if "datamodule_state" in entry else entry.get("trainer", {}).get("datamodule")
     if state:
         datamodule.load_state_dict(state)
     return datamodule
+
+
+def downloaded(path: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """``path`` itself, or for an ``http(s)://`` address the local copy of that file: downloaded into torch hub's
+    checkpoint folder (``$TORCH_HOME/hub/checkpoints``) unless a file of that name is there already, as
+    Lightning (through ``torch.hub``) does. The copy is then read like any file: digests verified, nothing
+    unpickled unless ``weights_only=False``."""
+    text = os.fspath(path)
+    if not text.startswith(("http://", "https://")):
+        return path
+    from urllib.parse import urlparse
+
+    folder = os.path.join(torch.hub.get_dir(), "checkpoints")
+    os.makedirs(folder, exist_ok=True)
+    local = os.path.join(folder, os.path.basename(urlparse(text).path) or "checkpoint.ckpt")
+    if not os.path.isfile(local):
+        try:
+            torch.hub.download_url_to_file(text, local, progress=False)  # to a temporary name, then renamed
+        except OSError as error:
+            raise FileNotFoundError(f"load_from_checkpoint({text!r}): the download failed ({error}). Check the "
+                                    "address, or download the file and pass its local path.") from error
+    return local
 
 
 def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -15,14 +15,15 @@ import ast
 import csv
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 
-def load_hparams_from_yaml(config_yaml: str | os.PathLike[str], use_omegaconf: bool = True) -> dict[str, Any]:
+def load_hparams_from_yaml(config_yaml: str | os.PathLike[str],
+                           use_omegaconf: bool = True) -> MutableMapping[Any, Any]:
     """The hyper-parameters in ``config_yaml`` as a dict (``{}`` for a missing or empty file, as in Lightning).
 
     ``use_omegaconf``: return an OmegaConf ``DictConfig`` when omegaconf is installed (Lightning's default).
@@ -44,18 +45,30 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike[str], hparams: Mapping[s
                          use_omegaconf: bool = True) -> None:
     """Write ``hparams`` (a dict, a ``Namespace`` or an OmegaConf container) to ``config_yaml``.
 
-    Values YAML cannot represent safely are written as their ``repr`` (a readable record, never a pickle).
+    A value YAML cannot write at all (a ``torch.dtype``, a lock) is left out with Lightning's warning; other
+    values safe YAML cannot represent are written as their ``repr`` (a readable record, never a Python tag, so
+    ``yaml.safe_load`` reads the file back).
     """
     if isinstance(hparams, argparse.Namespace):
         hparams = vars(hparams)
     if type(hparams).__module__.startswith("omegaconf"):
         from omegaconf import OmegaConf
 
-        hparams = OmegaConf.to_container(hparams, resolve=True)
+        hparams = cast("dict[str, Any]", OmegaConf.to_container(hparams, resolve=True))
     if not isinstance(hparams, Mapping):
         raise TypeError(f"save_hparams_to_yaml takes a dict or a Namespace. Received: {type(hparams).__name__}.")
+    kept = {}
+    for key, value in hparams.items():
+        try:  # what Lightning writes and skips: a value yaml.dump itself cannot write is left out
+            yaml.dump(value.name if isinstance(value, Enum) else value)
+        except (TypeError, ValueError):
+            warnings.warn(f"Skipping {str(key)!r} parameter because it is not possible to safely dump to YAML (a "
+                          f"{type(value).__name__}): it is left out of {os.fspath(config_yaml)}.", UserWarning,
+                          stacklevel=2)
+            continue
+        kept[str(key)] = _representable(value)
     with open(config_yaml, "w", newline="") as f:
-        yaml.safe_dump({str(k): _representable(v) for k, v in hparams.items()}, f)
+        yaml.safe_dump(kept, f)
 
 
 def save_hparams_to_tags_csv(tags_csv: str | os.PathLike[str], hparams: Mapping[str, Any] | argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trackers import TensorBoardTracker, normalize_values
+from trainer.core.saving import save_hparams_to_yaml
 from trainer.loggers.logger import VersionedLogger, check_prefix, convert_params
 from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
@@ -40,6 +41,23 @@ class TensorBoardLogger(VersionedLogger):
         self._log_graph = bool(log_graph)
         self._default_hp_metric = bool(default_hp_metric)
         self._writer_kwargs = kwargs
+
+    NAME_HPARAMS_FILE = "hparams.yaml"  # Lightning's file name (its tests and scripts read the attribute)
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The hyper-parameters logged so far (what ``hparams.yaml`` holds)."""
+        return dict(getattr(self._tracker, "logged_hparams", {}))
+
+    def save(self) -> None:
+        """Write ``hparams.yaml`` if the version folder exists and the file does not yet (Lightning's ``save``)."""
+        if rank_zero_only.rank == 0 and isinstance(self._tracker, LightningTensorBoardTracker):
+            self._tracker.save_hparams_file()
+
+    def finalize(self, status: str) -> None:
+        if status == "success":
+            self.save()
+        super().finalize(status)
 
     def _restored_dir(self) -> str | None:
         return getattr(self._tracker, "log_dir", None)
@@ -73,11 +91,41 @@ class TensorBoardLogger(VersionedLogger):
 
     def _build_tracker(self) -> TensorBoardTracker:
         run_name = os.path.relpath(self.log_dir, self._save_dir)
-        tracker_class = HpMetricTracker if self._default_hp_metric else TensorBoardTracker
+        tracker_class = HpMetricTracker if self._default_hp_metric else LightningTensorBoardTracker
         return tracker_class(run_name, self._save_dir, layout="lightning", **self._writer_kwargs)
 
 
-class HpMetricTracker(TensorBoardTracker):
+class LightningTensorBoardTracker(TensorBoardTracker):
+    """The tracker of a ``TensorBoardLogger``: the configuration in the version folder's ``hparams.yaml``
+    (Lightning's file, read back by ``load_from_checkpoint(hparams_file=...)``); a run that logged none still gets
+    one (``{}``) when it ends well, as Lightning's logger writes it at ``finalize("success")``."""
+
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.logged_hparams: dict[str, Any] = {}
+
+    def write_configuration(self, values: dict[str, Any]) -> None:
+        self.logged_hparams.update(values)
+        save_hparams_to_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.logged_hparams)
+
+    def save_hparams_file(self) -> None:
+        """Write ``hparams.yaml`` if the run folder exists and the file does not yet (Lightning's ``save()``)."""
+        path = os.path.join(self.log_dir, self.NAME_HPARAMS_FILE)
+        if os.path.isdir(self.log_dir) and not os.path.isfile(path):
+            save_hparams_to_yaml(path, self.logged_hparams)
+
+    # The Trainer tells it where each run starts and ends (trainer.loggers.adapter.RunListener).
+    def run_started(self, module: torch.nn.Module, hparams: dict[str, Any] | None) -> None:
+        """Nothing to do: the configuration comes through ``store_init_configuration``."""
+
+    def run_ended(self, status: str) -> None:
+        if status == "success":
+            self.save_hparams_file()
+
+
+class HpMetricTracker(LightningTensorBoardTracker):
     """The tracker of a ``TensorBoardLogger(default_hp_metric=True)``: the run configuration (what the Trainer
     sends from ``save_hyperparameters``) comes with Lightning's ``hp_metric`` placeholder, declared in the hparams
     plugin and logged as -1 at step 0, so the HParams tab has a metric column (log ``hp_metric`` to fill it)."""

@@ -15,6 +15,7 @@ import torch
 
 from callbacks import Callback
 from engine import Accelerator
+from trainer.hparams import drop_unpicklable
 from trainer.loop.hooks import HookTable, overrides
 from trainer.loop.signals import Preempted, resume_hint
 from trainer.metrics.tracking import TrackerLink
@@ -110,6 +111,7 @@ def run_scope(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
 def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any, accelerator: Accelerator,
               trackers: TrackerLink, newest: Callable[[], str | None], owner_ends: bool) -> Iterator[None]:
     try:
+        drop_unpicklable(module.hparams)  # as Lightning at each run's start: a checkpoint could not hold them
         if datamodule is not None:
             first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \
                 accelerator.is_main_process

@@ -7,6 +7,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
+
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
 from trainer.loggers.adapter import RunListener
@@ -37,11 +39,25 @@ class TrackerLink:
         self.listeners = [t for t in given if isinstance(t, RunListener)] if self.enabled else []
 
     def hyperparameters(self, owners: tuple[Any, ...]) -> dict[str, Any]:
-        """The hyperparameters of ``owners`` (the module and data module) that are logged, merged."""
+        """The hyper-parameters of ``owners`` (the module and data module) that are logged, as first saved
+        (``hparams_initial``: later edits to ``hparams`` are the run's, not its configuration), merged.
+
+        Raises:
+            RuntimeError: both log a name with different values (Lightning's error: neither may silently win).
+        """
         config: dict[str, Any] = {}
-        for owner in owners if self.autolog else ():
-            if owner is not None and owner.__dict__.get("_log_hyperparams", True):
-                config.update(owner.hparams)
+        logged = [o for o in owners if self.autolog and o is not None and o.__dict__.get("_log_hyperparams", True)]
+        for owner in logged:
+            initial = owner.hparams_initial
+            clashes = [key for key in config.keys() & initial.keys() if key != "_class_path"
+                       and not _same_value(config[key], initial[key])]
+            if clashes:
+                raise RuntimeError(f"Error while merging hparams: the keys {sorted(clashes)} are present in both the "
+                                   f"{type(logged[0]).__name__}'s and {type(owner).__name__}'s hparams but have "
+                                   "different values. Give them the same values, rename one, or pass "
+                                   "save_hyperparameters(logger=False) on one of them.")
+            config.update(initial)
+        config.pop("_class_path", None)  # LightningCLI's own entry, never logged
         return config
 
     def start(self, owners: tuple[Any, ...]) -> None:
@@ -100,6 +116,18 @@ class TrackerLink:
         if self.started and not self.finished:
             self.finished = True
             self.accelerator.finish_trackers()
+
+
+def _same_value(first: Any, second: Any) -> bool:
+    """Lightning's test of one name logged by both: same type, and equal (tensors: the same object)."""
+    if type(first) is not type(second):
+        return False
+    if isinstance(first, torch.Tensor):
+        return first is second
+    try:
+        return bool(first == second)
+    except Exception:  # noqa: BLE001 - a comparison that cannot be made counts as a clash
+        return False
 
 
 def warn_log_interval(num_batches: int | None, every: int, logs: bool) -> None:
