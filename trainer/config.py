@@ -42,6 +42,20 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+def nonfinite_policy(given: Any, callbacks: Any) -> str:
+    """``Trainer(on_nonfinite_loss=...)`` resolved: the given choice, else ``"raise"``; but a ``SpikeDetection``
+    callback is the run's own policy for loss anomalies (its ``finite_only`` says whether a NaN / inf is one), so
+    with one attached and nothing given the trainer leaves non-finite losses to it, as in Lightning."""
+    if given is not UNSET:
+        return checks.check_choice("on_nonfinite_loss", given, NONFINITE_CHOICES)
+    from callbacks.spike import SpikeDetection
+
+    listed = callbacks if isinstance(callbacks, Sequence) else [callbacks]
+    return "ignore" if any(isinstance(c, SpikeDetection) for c in listed) else "raise"
+
+
 _T = TypeVar("_T")
 
 
@@ -51,7 +65,8 @@ class TrainerConfig:
 
     ``on_nonfinite_loss``: ``"raise"`` (default: every process stops with a ``FloatingPointError`` naming the
     step, rank, batch and value; no sync per step, no checkpoint holds the NaN), ``"skip"`` (drop such optimizer
-    steps; one host sync per step) or ``"ignore"``; see ``trainer.loop.loss_check.LossCheck``.
+    steps; one host sync per step) or ``"ignore"``; see ``trainer.loop.loss_check.LossCheck``. Not given, with a
+    ``SpikeDetection`` callback attached: ``"ignore"``, the callback decides (``nonfinite_policy``).
 
     ``preemption_signals`` / ``preemption_exit_code``: signals (default ``SIGTERM``; add ``signal.SIGUSR1`` for
     SLURM) on which fit, at the next optimizer step boundary on every process, saves a checkpoint (the first
@@ -97,7 +112,7 @@ class TrainerConfig:
     seed: int | None = None
     deterministic: bool = False
     detect_anomaly: bool = False
-    on_nonfinite_loss: str = "raise"
+    on_nonfinite_loss: str = UNSET  # not given: "raise", unless a SpikeDetection callback decides (nonfinite_policy)
     preemption_signals: Any = DEFAULT_SIGNALS  # resolved to a tuple of signal numbers
     preemption_exit_code: int = DEFAULT_EXIT_CODE
     strategy: Any = "auto"
@@ -185,7 +200,7 @@ class TrainerConfig:
             enable_progress_bar=bool(switches["enable_progress_bar"]),
             enable_model_summary=bool(switches["enable_model_summary"]),
             detect_anomaly=bool(self.detect_anomaly),
-            on_nonfinite_loss=checks.check_choice("on_nonfinite_loss", self.on_nonfinite_loss, NONFINITE_CHOICES),
+            on_nonfinite_loss=nonfinite_policy(self.on_nonfinite_loss, self.callbacks),
             preemption_signals=check_signals(self.preemption_signals), preemption_exit_code=int(code),
             compile=check_compile(self.compile), **limits)
         for name, value in resolved.items():

@@ -53,12 +53,22 @@ LIGHTNING: dict[str, tuple[int | None, list[int] | None]] = {
 }
 
 
+def test_a_given_nonfinite_policy_still_wins_over_the_spike_callback(tmp_path: Any) -> None:
+    losses = SCENARIOS["nan_not_finite_only"][0]
+    trainer = Trainer(**{**QUIET, "max_epochs": 1, "on_nonfinite_loss": "raise",
+                         "callbacks": [SpikeDetection(exclude_batches_path=tmp_path / "x.json", finite_only=False)]})
+    with pytest.raises(FloatingPointError, match="Non-finite loss"):
+        trainer.fit(Losses(losses), DataLoader(torch.ones(len(losses), 1), batch_size=1))
+    assert Trainer(**QUIET).loss_check.policy == "raise"
+
+
 @pytest.mark.parametrize("name", sorted(LIGHTNING))
 def test_spikes_as_lightning(tmp_path: Any, name: str) -> None:
     losses, options = SCENARIOS[name]
     path = tmp_path / "skip.json"
-    # Ember stops at a non-finite loss by default; Lightning trains on, which these scenarios need.
-    trainer = Trainer(**{**QUIET, "max_epochs": 1, "on_nonfinite_loss": "ignore",
+    # Ember stops at a non-finite loss by default; with a SpikeDetection attached (and on_nonfinite_loss not
+    # given) the callback decides, as in Lightning, which these scenarios need.
+    trainer = Trainer(**{**QUIET, "max_epochs": 1,
                          "callbacks": [SpikeDetection(exclude_batches_path=path, **options)]})
     raised = None
     try:
