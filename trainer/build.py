@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from callbacks import Callback, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, TQDMProgressBar
+from callbacks import (
+    Callback,
+    ModelCheckpoint,
+    ModelSummary,
+    ProgressBar,
+    RichModelSummary,
+    RichProgressBar,
+    TQDMProgressBar,
+)
 from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
@@ -51,8 +59,8 @@ def build_accelerator(config: TrainerConfig, lightning: LightningChoices) -> Acc
 
 def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
                     default_checkpoint: Callback | None = None) -> list[Callback]:
-    """The given callbacks plus the built-in ``ModelSummary`` (first) and ``ProgressBar`` (last) when enabled,
-    and ``default_checkpoint`` (Lightning's default ``ModelCheckpoint``) before the bar."""
+    """The given callbacks, then the built-in progress bar and ``ModelSummary`` when enabled and
+    ``default_checkpoint`` (Lightning's default ``ModelCheckpoint``), checkpoints last: Lightning 2.6's order."""
     given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
     for callback in given:
         if not isinstance(callback, Callback):
@@ -67,12 +75,20 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
         raise MisconfigurationException(f"Trainer was configured with `enable_progress_bar=False` but found "
                                         f"`{type(bars[0]).__name__}` in callbacks list: remove one.")
     result = list(given)
+    if progress_bar and not has_bar:
+        result.append(TQDMProgressBar())
     if model_summary and not any(isinstance(c, ModelSummary) for c in given):
         # Lightning's pairing: a rich bar gets the rich summary.
         rich = any(isinstance(c, RichProgressBar) for c in bars)
-        result.insert(0, RichModelSummary() if rich else ModelSummary())
+        result.append(RichModelSummary() if rich else ModelSummary())
     if default_checkpoint is not None:
         result.append(default_checkpoint)
-    if progress_bar and not has_bar:
-        result.append(TQDMProgressBar())  # last, so it shows what the other callbacks logged
-    return result
+    return checkpoints_last(result)
+
+
+def checkpoints_last(callbacks: list[Callback]) -> list[Callback]:
+    """``callbacks`` with every ``ModelCheckpoint`` moved to the end, keeping the order otherwise (Lightning's
+    order: a checkpoint sees what the other callbacks did at the same hook, e.g. an ``EarlyStopping`` decision
+    or a metric logged at epoch end, and ``trainer.callbacks[-1]`` is the checkpoint callback)."""
+    return [c for c in callbacks if not isinstance(c, ModelCheckpoint)] + \
+        [c for c in callbacks if isinstance(c, ModelCheckpoint)]

@@ -135,3 +135,15 @@ def test_a_flipped_byte_in_the_files_structure_is_damage_not_a_pickled_object(tm
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptCheckpointError, match=r"copy\.ckpt is corrupted"):
         roundtrip.Net.load_from_checkpoint(path)
+
+
+def test_the_epoch_key_is_lightnings_inside_fit_and_after_it(tmp_path: Path) -> None:
+    # Observed on Lightning 2.6.6 (2 epochs of 2 steps, a checkpoint at each epoch end, then one after fit):
+    # epoch=0-step=2 holds epoch 0, epoch=1-step=4 epoch 1, and the one written after fit returned epoch 2.
+    trainer = Trainer(**{**QUIET, "enable_checkpointing": True, "max_epochs": 2, "project_dir": str(tmp_path),
+                         "callbacks": [ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)]})
+    trainer.fit(Regressor(), data(8, 4))
+    trainer.save_checkpoint(tmp_path / "after.ckpt")
+    found = {name: (torch.load(tmp_path / name)["epoch"], torch.load(tmp_path / name)["global_step"])
+             for name in ("epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "after.ckpt")}
+    assert found == {"epoch=0-step=2.ckpt": (0, 2), "epoch=1-step=4.ckpt": (1, 4), "after.ckpt": (2, 4)}

@@ -36,14 +36,20 @@ def trainer_entry(custom: list[Any]) -> dict[str, Any] | None:
 
 
 def lightning_epoch(state: dict[str, Any]) -> int:
-    """Lightning's ``epoch`` for ``TrainState`` values: the epoch in progress, or the one just finished at an
-    epoch's end (Ember has already moved to the next one there; Lightning saves before it does).
+    """Lightning's ``epoch`` for ``TrainState`` values: the epoch in progress; at an epoch's end inside ``fit``
+    the one just finished (Ember has already moved to the next one there; Lightning saves before it does). A
+    checkpoint taken outside a run (``trainer.save_checkpoint`` after ``fit`` returned) holds the epoch ``fit``
+    ended at, as Lightning's ``current_epoch`` then.
 
-    >>> lightning_epoch({"epoch": 2, "batch_in_epoch": 0}), lightning_epoch({"epoch": 2, "batch_in_epoch": 3})
-    (1, 2)
+    >>> lightning_epoch({"epoch": 2, "batch_in_epoch": 0, "stage": "train"})
+    1
+    >>> lightning_epoch({"epoch": 2, "batch_in_epoch": 3}), lightning_epoch({"epoch": 2, "batch_in_epoch": 0,
+    ...                                                                       "stage": "idle"})
+    (2, 2)
     """
     epoch, batch = int(state["epoch"]), int(state["batch_in_epoch"])
-    return epoch - 1 if batch == 0 and epoch > 0 else epoch
+    inside_fit = state.get("stage", "train") != "idle"
+    return epoch - 1 if batch == 0 and epoch > 0 and inside_fit else epoch
 
 
 def _progress(done: int, current: int, started: bool = True) -> dict[str, Any]:

@@ -146,7 +146,7 @@ def _find(ckpt_path: str, entry: str, directories: list[str], best_path: str | N
     if os.path.isfile(folder):  # a .ckpt file: Ember's (verified when loaded) or Lightning's
         return [folder]
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): no such checkpoint folder or file ({folder}). "
+        raise FileNotFoundError(f"{entry}(ckpt_path={ckpt_path!r}): Checkpoint file not found: {folder}. "
                                 "Pass a .ckpt written by trainer.save_checkpoint / ModelCheckpoint (or Lightning), "
                                 "'last' for the newest one in the project, or None to start fresh.")
     if not folders.is_committed(folder):

@@ -15,6 +15,7 @@ import torch
 
 from callbacks import Callback
 from engine import Accelerator
+from trainer.build import checkpoints_last
 from trainer.hparams import drop_unpicklable
 from trainer.loop.hooks import HookTable, overrides
 from trainer.loop.signals import Preempted, resume_hint
@@ -33,7 +34,7 @@ def module_callbacks(module: TrainModule, callbacks: list[Callback]) -> list[Cal
     if not extra:
         return callbacks
     kinds = {type(c) for c in extra}
-    return [c for c in callbacks if type(c) not in kinds] + extra
+    return checkpoints_last([c for c in callbacks if type(c) not in kinds] + extra)
 
 
 def lend_logging(module: TrainModule, callbacks: list[Callback]) -> TrainModule:

@@ -52,7 +52,7 @@ class TrackerLink:
             clashes = [key for key in config.keys() & initial.keys() if key != "_class_path"
                        and not _same_value(config[key], initial[key])]
             if clashes:
-                raise RuntimeError(f"Error while merging hparams: the keys {sorted(clashes)} are present in both the "
+                raise RuntimeError(f"Error while merging hparams: the keys {clashes} are present in both the "
                                    f"{type(logged[0]).__name__}'s and {type(owner).__name__}'s hparams but have "
                                    "different values. Give them the same values, rename one, or pass "
                                    "save_hyperparameters(logger=False) on one of them.")
