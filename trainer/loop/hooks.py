@@ -49,7 +49,9 @@ class HookTable:
         # Every overrider of each hook in calling order (callbacks, then the module), each taking the hook's own
         # arguments: the per-step hooks loop over these tuples directly, which costs nothing when one is empty.
         self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
-        skipped = [cb.skipped_hooks() if overrides(cb, Callback, "skipped_hooks") else frozenset() for cb in callbacks]
+        # skipped_hooks is the callback class's declaration (an instance wrapper of it is not a new one).
+        skipped = [cb.skipped_hooks() if getattr(type(cb), "skipped_hooks", None) is not Callback.skipped_hooks
+                   else frozenset() for cb in callbacks]
         # The callback behind each hook (a hook may be a plain function set on the instance: LambdaCallback).
         self._owners: dict[str, tuple[Callback, ...]] = {}
         for name in (*HOOK_NAMES, *MODULE_ONLY_HOOKS):  # a callback never overrides the module-only ones

@@ -122,11 +122,11 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
             module.prepare_data()
         accelerator.wait_for_everyone()
         if datamodule is not None:
-            datamodule.setup(stage)
+            datamodule.setup(stage=stage)
         hooks.call("setup", stage)
         yield
         if datamodule is not None:
-            datamodule.teardown(stage)
+            datamodule.teardown(stage=stage)
         hooks.call("teardown", stage)
         trackers.run_ended("success")  # Lightning finalizes its loggers after each run's teardown
     except BaseException as error:

@@ -26,7 +26,7 @@ def batch_transfer(module: Any, datamodule: Any, device: torch.device) -> Transf
     owners = [datamodule, module] if datamodule is not None else [module]
     chosen = {}
     for hook in HOOKS:
-        owner = next((o for o in owners if isinstance(o, DataHooks) and overrides(o, DataHooks, hook)), None)
+        owner = next((o for o in owners if isinstance(o, DataHooks) and _overridden(o, hook)), None)
         chosen[hook] = owner
     if all(owner is None for owner in chosen.values()):
         return None
@@ -40,6 +40,15 @@ def batch_transfer(module: Any, datamodule: Any, device: torch.device) -> Transf
         return after(batch, dataloader_idx)
 
     return transfer
+
+
+def _overridden(owner: Any, hook: str) -> bool:
+    """Whether ``owner`` overrides ``hook``; an instance wrapper of its own method (``functools.wraps``: a
+    recording or timing wrapper) counts only if the wrapped method does, as Lightning's hook selection reads it."""
+    wrapped = getattr(owner.__dict__.get(hook), "__wrapped__", None)
+    if wrapped is not None and getattr(wrapped, "__self__", None) is owner:
+        return getattr(type(owner), hook, None) is not getattr(DataHooks, hook)
+    return overrides(owner, DataHooks, hook)
 
 
 def transferred(numbered: Iterator[tuple[int, Any]], transfer: Transfer | None,

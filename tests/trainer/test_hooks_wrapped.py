@@ -1,0 +1,41 @@
+"""Hooks wrapped on the instance (``functools.update_wrapper``: how Lightning's hook-order tests record calls, and
+how users time or log them): a wrapped hook that is not overridden stays unused where Lightning leaves it unused
+(the data module's batch-transfer hooks), callbacks' wrapped hooks are still called, and the data module's
+``setup`` / ``teardown`` get ``stage`` as a keyword, as Lightning passes it (tests_pytorch/models/test_hooks.py)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from callbacks import Callback
+from tests.trainer.helpers import QUIET, Regressor, data
+from trainer import DataModule, Trainer
+
+
+def _wrap_all(obj: Any, names: list[str], called: list[str], prefix: str = "") -> None:
+    def call(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        called.append(prefix + name + ("(stage=)" if "stage" in kwargs else ""))
+        return fn(*args, **kwargs)
+
+    for name in names:
+        original = getattr(obj, name)
+        wrapper = functools.partial(call, name, original)
+        functools.update_wrapper(wrapper, original)
+        setattr(obj, name, wrapper)
+
+
+class Data(DataModule):
+    def train_dataloader(self) -> Any:
+        return data(8, 4)
+
+
+def test_wrapped_hooks_run_where_lightning_runs_them() -> None:
+    called: list[str] = []
+    datamodule = Data()
+    _wrap_all(datamodule, ["setup", "teardown", "train_dataloader", "on_before_batch_transfer",
+                           "transfer_batch_to_device", "on_after_batch_transfer"], called)
+    callback = Callback()
+    _wrap_all(callback, ["on_fit_start", "skipped_hooks"], called, prefix="Callback.")
+    Trainer(**{**QUIET, "max_steps": 1, "callbacks": [callback]}).fit(Regressor(), datamodule=datamodule)
+    assert sorted(called) == ["Callback.on_fit_start", "setup(stage=)", "teardown(stage=)", "train_dataloader"]
