@@ -23,6 +23,7 @@ class ModuleHost(Protocol):
     """What a ``TrainModule`` asks of the trainer it is attached to."""
 
     accelerator: Accelerator  # gather, reduce, print, clipping...
+    strategy: Any  # Lightning's strategy object: manual_backward goes through its backward, as in Lightning
 
     @property
     def global_rank(self) -> int: ...

@@ -326,7 +326,7 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
             raise RuntimeError("manual_backward is for manual optimisation: set `self.automatic_optimization = "
                                "False` in __init__, or return the loss from training_step and let the trainer "
                                "run backward.")
-        self._host().backward(loss, *args, **kwargs)
+        self._host().strategy.backward(loss, None, *args, **kwargs)  # Lightning's route (code wraps it)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """The backward of each training step (automatic optimisation) and of ``manual_backward``, called between

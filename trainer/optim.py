@@ -49,9 +49,27 @@ class OptimizerConfigError(MisconfigurationException, TypeError):
     ``MisconfigurationException``; a ``TypeError`` too, as the value's type is the problem)."""
 
 
-def _scheduler_like(obj: Any) -> bool:
-    """A custom scheduler Lightning accepts (stepped through ``lr_scheduler_step``): it steps and saves its state."""
-    return all(callable(getattr(obj, name, None)) for name in ("step", "state_dict", "load_state_dict"))
+def _stateful(obj: Any) -> bool:
+    """A custom scheduler Lightning accepts: it saves and loads its state (checkpoints hold it)."""
+    return all(callable(getattr(obj, name, None)) for name in ("state_dict", "load_state_dict"))
+
+
+def check_custom_schedulers(configs: list[SchedulerConfig], manual: bool, custom_step: bool, owner: str) -> None:
+    """Lightning's rule for a scheduler that is not torch's: under automatic optimisation the trainer steps it, so
+    the module must say how (``lr_scheduler_step``); under manual optimisation the module steps it itself.
+
+    Raises:
+        MisconfigurationException: a custom scheduler, automatic optimisation, no ``lr_scheduler_step`` override.
+    """
+    if manual or custom_step:
+        return
+    for config in configs:
+        if not is_scheduler(config.scheduler):
+            raise MisconfigurationException(
+                f"The provided lr scheduler `{type(config.scheduler).__name__}` doesn't follow PyTorch's LRScheduler "
+                f"API. You should override the `LightningModule.lr_scheduler_step` hook with your own logic if you "
+                f"are using a custom LR scheduler: define {owner}.lr_scheduler_step(self, scheduler, metric) "
+                "calling scheduler.step(...).")
 
 
 def is_scheduler(obj: Any) -> bool:
@@ -172,10 +190,11 @@ def _scheduler_config(item: Any, monitor: str | None, manual: bool = False) -> S
     else:
         fields = {"scheduler": item, "monitor": monitor}
     scheduler = fields["scheduler"]
-    if not is_scheduler(scheduler) and not _scheduler_like(scheduler):
-        raise TypeError(f"The provided lr scheduler `{type(scheduler).__name__}` is invalid: pass a "
-                        "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau, or an object with step(), "
-                        "state_dict() and load_state_dict() (stepped by LightningModule.lr_scheduler_step).")
+    if not is_scheduler(scheduler) and not _stateful(scheduler):
+        raise TypeError(f"The provided lr scheduler `{type(scheduler).__name__}` is invalid. It should have "
+                        "`state_dict` and `load_state_dict` methods defined: pass a torch.optim.lr_scheduler."
+                        "LRScheduler or ReduceLROnPlateau, or an object with step(), state_dict() and "
+                        "load_state_dict() (stepped by LightningModule.lr_scheduler_step).")
     fields.setdefault("reduce_on_plateau", isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
     config = SchedulerConfig(**fields)
     if config.interval not in ("step", "epoch"):
@@ -277,9 +296,10 @@ class ManualOptimizer(LightningOptimizer):
         """Whether the last step was skipped by the fp16 loss scaler."""
         return bool(getattr(self.optimizer, "step_was_skipped", False))
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """The optimizer's step (``kwargs`` passed on to it, as Lightning's ``LightningOptimizer.step``)."""
         self._before_step(self.optimizer)
-        result = self.optimizer.step() if closure is None else self.optimizer.step(closure)
+        result = self.optimizer.step(**kwargs) if closure is None else self.optimizer.step(closure, **kwargs)
         self._after_step()
         return result
 

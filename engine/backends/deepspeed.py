@@ -71,7 +71,7 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         return None
 
-    def step(self, closure: Callable[[], float] | None = None) -> Any:
+    def step(self, closure: Callable[[], float] | None = None, **kwargs: Any) -> Any:
         return None
 
     @property

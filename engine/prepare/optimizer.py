@@ -108,7 +108,10 @@ class AcceleratedOptimizer(OptimizerView):
         self.gradient_state = GradientState()
         self.device_placement = device_placement
         self._is_overflow = False
-        self._accepts_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
+        parameters = inspect.signature(optimizer.zero_grad).parameters
+        # A zero_grad taking **kwargs (a wrapper, a mock) is given set_to_none too.
+        self._accepts_set_to_none = "set_to_none" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         self._plain_zero_grad = zeroes_plainly(optimizer)
         if device_placement and device is not None and device.type != "cpu" and optimizer.state:
             state_dict = send_to_device(optimizer.state_dict(), device)
@@ -127,11 +130,13 @@ class AcceleratedOptimizer(OptimizerView):
             raise ValueError(f"`set_to_none={set_to_none}` was passed, but {type(self.optimizer).__name__}.zero_grad "
                              "does not accept it: call zero_grad() without arguments.")
 
-    def step(self, closure: Callable[[], float] | None = None) -> Any:
+    def step(self, closure: Callable[[], float] | None = None, **kwargs: Any) -> Any:
+        """The wrapped optimizer's step (through the fp16 scaler), once the gradients are synchronised;
+        ``kwargs`` go to that step (an optimizer taking extra step arguments: Lightning passes them through)."""
         if not self.gradient_state.sync_gradients:
             return None
         if self.scaler is None:
-            return self.optimizer.step() if closure is None else self.optimizer.step(closure)
+            return self.optimizer.step(**kwargs) if closure is None else self.optimizer.step(closure, **kwargs)
         # GradScaler.step silently skips the real step on inf/nan gradients; record whether it ran.
         ran = False
         had_own_step = "step" in vars(self.optimizer)
@@ -144,7 +149,8 @@ class AcceleratedOptimizer(OptimizerView):
 
         _set_step(self.optimizer, tracking_step)
         try:
-            result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
+            result = (self.scaler.step(self.optimizer, closure, **kwargs) if closure is not None
+                      else self.scaler.step(self.optimizer, **kwargs))
             self.scaler.update()
         finally:
             if had_own_step:

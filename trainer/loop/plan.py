@@ -39,7 +39,7 @@ from trainer.loop.hooks import overrides
 from trainer.loop.reload import ReloadSchedule, epoch_shown, stage_shown
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
-from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, parse_optimizers
+from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, check_custom_schedulers, parse_optimizers
 from trainer.state import TrainState
 from trainer.strategies.base import Strategy
 from trainer.tools.compiling import Compiler, take_compiled
@@ -268,6 +268,8 @@ class RunPlan:
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
         optimizers, configs = parse_optimizers(module.configure_optimizers(), manual)
+        check_custom_schedulers(configs, manual, overrides(module, TrainModule, "lr_scheduler_step"),
+                                type(module).__name__)
         if not optimizers:
             warnings.warn(f"`LightningModule.configure_optimizers` returned `None`, this fit will run with no "
                           f"optimizer: {type(module).__name__}'s steps run forward, backward and the hooks, and no "
