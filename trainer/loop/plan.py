@@ -39,7 +39,13 @@ from trainer.loop.hooks import overrides
 from trainer.loop.reload import ReloadSchedule, epoch_shown, stage_shown
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import StepRouter, TrainModule, step_function
-from trainer.optim import ManualOptimizer, NoOptimizer, SchedulerConfig, check_custom_schedulers, parse_optimizers
+from trainer.optim import (
+    ManualOptimizer,
+    NoOptimizer,
+    SchedulerConfig,
+    check_custom_schedulers,
+    parse_optimizers,
+)
 from trainer.state import TrainState
 from trainer.strategies.base import Strategy
 from trainer.tools.compiling import Compiler, take_compiled
