@@ -505,7 +505,7 @@ class Trainer:
     @contextlib.contextmanager
     def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
-        module = lend_logging(self._attach(module, datamodule), self.attached.callbacks)
+        module = lend_logging(self._attach(module, datamodule, stage), self.attached.callbacks)
         self._hooks = hooks = HookTable(self, module, self.attached.callbacks, TrainModule, self.profiler)
         self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
         try:
@@ -520,12 +520,14 @@ class Trainer:
             self._hooks = None  # drops the hook table's references to this trainer and the module
             self.state.stage = "idle"
 
-    def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
+    def _attach(self, module: TrainModule | None, datamodule: DataModule | None, stage: str = "fit") -> TrainModule:
         if module is None:
             module = self.attached.module
             if module is None:
-                raise ValueError("No module given and none was fitted before: pass the module, e.g. "
-                                 "trainer.validate(model, dataloaders).")
+                # Lightning's type and sentence first (code may match on it), then what to do.
+                raise TypeError(f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a "
+                                f"previous run: no module given and none attached before. Pass the module, e.g. "
+                                f"trainer.{stage}(model, dataloaders).")
         module = self.plan.attach(module, self.config.compile, check_module)
         if module is not self.attached.module:
             self.attached.callbacks = module_callbacks(module, self.attached.callbacks)
