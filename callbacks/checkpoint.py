@@ -162,7 +162,6 @@ class ModelCheckpoint(Callback):
         self._pending_removal: list[str] = []
         # Within a run only.
         self._run_dir: str | None = None  # the trainer's project_dir: saved paths are relative to it
-        self._fitting = False
         self._requested = False
         self._validated = False  # a validation ran during the current training batch
         self._seen_everything = False  # a validation or an epoch end happened: every metric was logged once
@@ -241,12 +240,17 @@ class ModelCheckpoint(Callback):
         return bool(exists[0])
 
     # -- hooks ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _fitting(trainer: TrainerView) -> bool:
+        """Whether checkpoints may be saved now: only while the trainer fits (``trainer.state.fn``, as Lightning
+        decides; code that drives the hooks itself sets it), never under ``fast_dev_run``."""
+        return trainer.state.fn == "fit" and not trainer.fast_dev_run
+
     def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         if self.save_last == "link" and self._dirpath_url:
             # A symbolic link needs a local folder; Lightning refuses a URL (memory://, s3://) here too (its message).
             raise ValueError(f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
                              f"`dirpath={self._dirpath_url}`: pass a local dirpath, or save_last=True for full copies.")
-        self._fitting = stage == "fit" and not trainer.fast_dev_run
         self._seen_everything = False
         self._run_dir = os.path.abspath(trainer.accelerator.project_dir or os.getcwd())
         if self.dirpath is None:
@@ -263,7 +267,7 @@ class ModelCheckpoint(Callback):
     def on_train_batch_end(self, trainer: TrainerView, pl_module: torch.nn.Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
-        if not self._fitting or step == self._last_global_step_saved:
+        if not self._fitting(trainer) or step == self._last_global_step_saved:
             return  # also every micro-batch of an accumulation window but its last
         due = bool(self._every_n_train_steps) and step % self._every_n_train_steps == 0
         if self._train_time_interval is not None:
@@ -276,7 +280,7 @@ class ModelCheckpoint(Callback):
             self._before_validation = trainer.callback_metrics.get(self.monitor)
 
     def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
-        if not self._fitting or trainer.sanity_checking:
+        if not self._fitting(trainer) or trainer.sanity_checking:
             return
         self._validated = self._seen_everything = True
         if self.monitor is not None:
@@ -287,17 +291,17 @@ class ModelCheckpoint(Callback):
 
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         self._seen_everything = True
-        if self._fitting and self._epoch_due(trainer) and self._saves_on_train_epoch_end(trainer):
+        if self._fitting(trainer) and self._epoch_due(trainer) and self._saves_on_train_epoch_end(trainer):
             self._request(trainer, "epoch")
 
     def on_train_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         # save_last promises a last checkpoint: one at the end when no save point came (e.g. every_n_epochs=0).
-        if self._fitting and self.save_last and not self._last_checkpoint_saved:
+        if self._fitting(trainer) and self.save_last and not self._last_checkpoint_saved:
             self._save_point(trainer, None, trainer.current_epoch, trainer.global_step, top_k=False)
 
     def on_exception(self, trainer: TrainerView, pl_module: torch.nn.Module,
                      exception: BaseException) -> None:
-        if not (self.save_on_exception and self._fitting and not trainer.sanity_checking and trainer.world_size == 1
+        if not (self.save_on_exception and self._fitting(trainer) and not trainer.sanity_checking and trainer.world_size == 1
                 and trainer.global_step != self._last_global_step_saved):
             return
         path = self._free_name(trainer, self._candidates(trainer, trainer.current_epoch, trainer.global_step))

@@ -25,6 +25,9 @@ class StateView(Protocol):
     micro_step: int
     samples_seen: int
 
+    @property
+    def fn(self) -> str | None: ...  # the entry point running or last run: "fit", "validate", ... (a str enum)
+
 
 class SchedulerControl(Protocol):
     """The run's scheduler stepping as callbacks use it (``trainer.loop.schedulers.SchedulerStepper``)."""

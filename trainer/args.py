@@ -67,10 +67,13 @@ def check_epochs_and_steps(max_epochs: Any, max_steps: Any, max_time: float | No
     ``-1`` is Lightning's spelling of "no limit" and is accepted as ``None``; any other negative value raises.
     With neither limit (and no ``max_time``), training stops after ``DEFAULT_MAX_EPOCHS`` epochs, as in Lightning.
     """
+    from trainer.utilities.exceptions import MisconfigurationException  # a ValueError, as Lightning raises
+
     for name, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
         if value is not None and (not is_int(value) or value < -1):
-            raise ValueError(f"Trainer({name}=...) must be an int >= 0, or None (or -1) for no limit. Received: "
-                             f"{value!r}.")
+            # Lightning's sentence first (code may match on it), then what Ember takes.
+            raise MisconfigurationException(f"`{name}` must be a non-negative integer or -1. Trainer({name}=...) "
+                                            f"must be an int >= 0, or None (or -1) for no limit. Received: {value!r}.")
     explicit_unlimited = max_epochs == -1
     max_epochs = None if max_epochs == -1 else max_epochs
     max_steps = None if max_steps == -1 else max_steps
@@ -191,6 +194,31 @@ def check_fast_dev_run(value: Any) -> int:
     raise MisconfigurationException(f"fast_dev_run={value!r} is not a valid configuration. It should be >= 0. "
                                     f"Trainer(fast_dev_run=...) must be a bool or an int >= 0 (batches per stage). "
                                     f"Received: {value!r}.")
+
+
+def check_gradient_clip(value: Any, algorithm: Any) -> str | None:
+    """Check ``gradient_clip_val`` and return ``gradient_clip_algorithm`` lower-cased (Lightning takes ``"Norm"``),
+    or None when not given. Lightning's exception types and sentences come first, then what Ember takes.
+
+    Example:
+        >>> check_gradient_clip(0.5, "Value"), check_gradient_clip(None, None)
+        ('value', None)
+    """
+    from trainer.utilities.exceptions import MisconfigurationException  # a ValueError, as Lightning raises
+
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Trainer(gradient_clip_val=...) must be a "
+                        f"number >= 0 or None. Received: {value!r}.")
+    if value is not None and value < 0:
+        raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: {value!r}.")
+    if algorithm is None:
+        return None
+    choices = ("norm", "value")
+    if not isinstance(algorithm, str) or algorithm.lower() not in choices:
+        raise MisconfigurationException(f"`gradient_clip_algorithm` {algorithm} is invalid. "
+                                        f"Trainer(gradient_clip_algorithm=...) must be one of {choices}. "
+                                        f"Received: {algorithm!r}.")
+    return algorithm.lower()
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

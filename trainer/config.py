@@ -152,10 +152,14 @@ class TrainerConfig:
         # A replace() keeps a default once made: max_epochs still at it, and still no other limit.
         defaulted = defaulted or (self.max_epochs_defaulted and max_epochs == checks.DEFAULT_MAX_EPOCHS
                                   and max_steps is None and seconds is None)
-        clip = self.gradient_clip_val
-        if clip is not None and (not isinstance(clip, (int, float)) or isinstance(clip, bool) or clip < 0):
-            raise ValueError(f"Trainer(gradient_clip_val=...) must be a number >= 0 or None. Received: {clip!r}.")
+        clip_algorithm = checks.check_gradient_clip(self.gradient_clip_val, self.gradient_clip_algorithm)
         interval = checks.check_val_check_interval(self.val_check_interval)
+        if self.check_val_every_n_epoch is not None and not checks.is_int(self.check_val_every_n_epoch):
+            # Lightning's sentence first (code may match on it), then what Ember takes.
+            raise MisconfigurationException(
+                f"`check_val_every_n_epoch` should be an integer, found {self.check_val_every_n_epoch!r}. "
+                f"Trainer(check_val_every_n_epoch=...) must be an int >= 1 or None. Received: "
+                f"{self.check_val_every_n_epoch!r}.")
         every_n_epoch = checks.check_count("check_val_every_n_epoch", self.check_val_every_n_epoch, 1)
         if every_n_epoch is None and not checks.is_int(interval) and checks.val_check_seconds(interval) is None:
             raise MisconfigurationException(
@@ -185,11 +189,10 @@ class TrainerConfig:
             max_epochs_defaulted=defaulted, max_epochs_unlimited=unlimited and not fast,
             accumulate_grad_batches=checks.check_count("accumulate_grad_batches", self.accumulate_grad_batches,
                                                        1) or 1,
-            gradient_clip_val=clip or None,
+            gradient_clip_val=self.gradient_clip_val or None,
             # Not given stays None, as Lightning's trainer.gradient_clip_algorithm: clipping is then by norm, and
             # TrainModule.clip_gradients accepts any algorithm (a given one must match, as in Lightning).
-            gradient_clip_algorithm=None if self.gradient_clip_algorithm is None else checks.check_choice(
-                "gradient_clip_algorithm", self.gradient_clip_algorithm, ("norm", "value")),
+            gradient_clip_algorithm=clip_algorithm,
             resolved_precision=precision, mixed_precision=None if precision is None else precision.mixed_precision,
             val_check_interval=interval,
             check_val_every_n_epoch=every_n_epoch, num_sanity_val_steps=sanity or 0, fast_dev_run=fast,
@@ -286,11 +289,12 @@ def check_keywords(owner: str, keywords: Mapping[str, Any]) -> None:
     Example:
         >>> check_keywords("Trainer", {"max_epoch": 3})
         Traceback (most recent call last):
-        engine.keywords.UnexpectedKeywordError: Trainer() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?
+        engine.keywords.UnexpectedKeywordError: Trainer.__init__() got an unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'?
     """
     for name in keywords:
         if name not in KEYWORDS:
-            raise keyword_error(owner, name, KEYWORDS, docs="help(Trainer)")
+            # Python's own wording for a class's unknown keyword ("Trainer.__init__() got ..."), plus the match.
+            raise keyword_error(f"{owner}.__init__", name, KEYWORDS, docs="help(Trainer)")
 
 
 def keyword_signature() -> inspect.Signature:

@@ -148,7 +148,7 @@ class Trainer:
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals, cluster))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
-                                    autolog=config.enable_autolog_hparams)
+                                    autolog=config.enable_autolog_hparams, loggers=lightning.loggers)
         self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
         self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers,
                                          config.inference_mode)
@@ -201,7 +201,7 @@ class Trainer:
             plan, module = self.plan, check_module(self.module)  # the module inside a torch.compile shell
             convert_module(self.config, module, self._world)  # sync_batchnorm
             plan.setup_fit(config, module, self.datamodule, train_dataloaders, val_dataloaders,
-                           (self._manual_before_step, self._manual_after_step), sanity_check=resume is None)
+                           (self._manual_before_step, self.state.optimizer_stepped), sanity_check=resume is None)
             # Under manual optimisation the module steps its schedulers (as in Lightning): the trainer steps none.
             self.schedulers = SchedulerStepper(plan.scheduler_configs if plan.automatic else [],
                                                module.lr_scheduler_step, self.metric_logger)
@@ -225,11 +225,7 @@ class Trainer:
         state = self.state
         self.accelerator.print(f"Resumed from {folder} at epoch {state.epoch}, batch {state.batch_in_epoch}, "
                                f"step {state.global_step}.")
-        reached = self.stop.already_reached(self.config)
-        if reached is not None:  # Lightning only says "`Trainer.fit` stopped: `max_epochs=2` reached." (so does fit)
-            where, keyword = reached
-            self.accelerator.print(f"fit(ckpt_path={resume.ckpt_path!r}): the run already reached {where}; nothing "
-                                   f"to train. Raise {keyword} to train further.")
+        self.stop.say_already_reached(self.config, resume.ckpt_path)
 
     def _fit_loop(self, hooks: HookTable, sanity_check: bool) -> None:
         state, plan, metrics, stop, config = self.state, self.plan, self.metric_logger, self.stop, self.config
@@ -416,9 +412,6 @@ class Trainer:
         assert self._hooks is not None
         self._hooks.call("on_before_optimizer_step", optimizer)
 
-    def _manual_after_step(self) -> None:
-        self.state.optimizer_stepped()
-
     # -- the loop's decisions -------------------------------------------------------------------------------------
     def _fit_done(self) -> bool:
         if self.stop.fit_done(self.config, self.plan.num_training_batches):
@@ -505,9 +498,10 @@ class Trainer:
     @contextlib.contextmanager
     def _run(self, stage: str, module: TrainModule | None, datamodule: DataModule | None) -> Iterator[HookTable]:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
-        module = lend_logging(self._attach(module, datamodule), self.attached.callbacks)
+        module = lend_logging(self._attach(module, datamodule, stage), self.attached.callbacks)
         self._hooks = hooks = HookTable(self, module, self.attached.callbacks, TrainModule, self.profiler)
         self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
+        self.metric_logger.clear_results()  # as Lightning: each run starts without the last run's metrics
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers,
                            self.checkpointer.newest, self.cluster_environment):
@@ -520,12 +514,14 @@ class Trainer:
             self._hooks = None  # drops the hook table's references to this trainer and the module
             self.state.stage = "idle"
 
-    def _attach(self, module: TrainModule | None, datamodule: DataModule | None) -> TrainModule:
+    def _attach(self, module: TrainModule | None, datamodule: DataModule | None, stage: str = "fit") -> TrainModule:
         if module is None:
             module = self.attached.module
             if module is None:
-                raise ValueError("No module given and none was fitted before: pass the module, e.g. "
-                                 "trainer.validate(model, dataloaders).")
+                # Lightning's type and sentence first (code may match on it), then what to do.
+                raise TypeError(f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a "
+                                f"previous run: no module given and none attached before. Pass the module, e.g. "
+                                f"trainer.{stage}(model, dataloaders).")
         module = self.plan.attach(module, self.config.compile, check_module)
         if module is not self.attached.module:
             self.attached.callbacks = module_callbacks(module, self.attached.callbacks)
@@ -550,6 +546,12 @@ class Trainer:
         (``fit`` waits for it before returning). Every process must call it.
         """
         self.checkpointer.save(filepath, weights_only, storage_options, async_save)
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Build the module in here: on the run's device, in a true precision's dtype (``strategy.tensor_init_context``)."""
+        with self.strategy.tensor_init_context(empty_init=empty_init):
+            yield
 
     def lr_find(self, module: TrainModule, **options: Any) -> Any:
         """A learning-rate search (``Tuner.lr_find``) on the training data of the fit in progress, for

@@ -144,3 +144,56 @@ def test_an_empty_training_loader_is_an_error_naming_it() -> None:
         Trainer(**QUIET, max_epochs=1).fit(Regressor(), empty)
     with pytest.raises(ValueError, match=r"its dataset has 0 samples"):
         Trainer(**QUIET, max_epochs=1).fit(Regressor(), DataLoader(TensorDataset(torch.zeros(0, 3)), batch_size=2))
+
+
+@pytest.mark.parametrize("kwargs, error, lightning, ember", [
+    ({"max_epochs": -100}, MisconfigurationException, "`max_epochs` must be a non-negative integer or -1",
+     r"max_epochs=...\) must be an int >= 0, or None \(or -1\) for no limit. Received: -100"),
+    ({"max_steps": -2}, MisconfigurationException, "`max_steps` must be a non-negative integer or -1",
+     "Received: -2"),
+    ({"gradient_clip_val": (1, 2)}, TypeError, "`gradient_clip_val` should be an int or a float",
+     r"Received: \(1, 2\)"),
+    ({"gradient_clip_algorithm": "norm2"}, MisconfigurationException, "`gradient_clip_algorithm` norm2 is invalid",
+     r"must be one of \('norm', 'value'\). Received: 'norm2'"),
+    ({"check_val_every_n_epoch": 1.2}, MisconfigurationException,
+     "`check_val_every_n_epoch` should be an integer, found 1.2", r"must be an int >= 1 or None. Received: 1.2"),
+])
+def test_bad_arguments_raise_lightnings_type_and_sentence(kwargs: dict[str, Any], error: type[Exception],
+                                                         lightning: str, ember: str) -> None:
+    """Lightning's exception type and sentence (code ported from it matches on them), and Ember's received value."""
+    with pytest.raises(error, match=lightning) as caught:
+        Trainer(**{**QUIET, **kwargs})
+    assert caught.match(ember)
+
+
+def test_gradient_clip_algorithm_is_case_insensitive_as_in_lightning() -> None:
+    assert Trainer(**QUIET, gradient_clip_val=1.0, gradient_clip_algorithm="Value").config.gradient_clip_algorithm == (
+        "value")
+
+
+def test_an_unknown_keyword_reads_as_pythons_own_error_for_a_subclass_too() -> None:
+    class Custom(Trainer):
+        def __init__(self, **kwargs: Any) -> None:
+            self.custom = kwargs.pop("custom", 0)
+            super().__init__(**kwargs)
+
+    with pytest.raises(TypeError, match=r"^Trainer.__init__\(\) got an unexpected keyword argument 'abcdefg'"):
+        Custom(abcdefg=1)
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_no_module_names_the_entry_point(stage: str) -> None:
+    with pytest.raises(TypeError, match=rf"`Trainer.{stage}\(\)` requires a `LightningModule`.*trainer.{stage}\(model"):
+        getattr(Trainer(**QUIET), stage)()
+
+
+def test_a_plain_nn_module_is_refused_with_lightnings_sentence() -> None:
+    with pytest.raises(TypeError, match="must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `Linear`. "
+                                        "The trainer runs TrainModule subclasses"):
+        Trainer(**QUIET).validate(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_save_checkpoint_before_any_module_is_an_attribute_error(tmp_path: Any) -> None:
+    with pytest.raises(AttributeError, match="only possible if a model is attached to the Trainer.*Call one of them"):
+        Trainer(**QUIET).save_checkpoint(tmp_path / "a.ckpt")
+    assert not (tmp_path / "a.ckpt").exists()

@@ -58,7 +58,7 @@ def test_the_signature_is_trainer_configs_keywords_with_their_defaults() -> None
 
 
 def test_an_unknown_keyword_names_the_close_match() -> None:
-    with pytest.raises(TypeError, match=r"Trainer\(\) got an unexpected keyword argument 'max_epoch'\. Did you mean "
+    with pytest.raises(TypeError, match=r"Trainer.__init__\(\) got an unexpected keyword argument 'max_epoch'\. Did you mean "
                                         r"'max_epochs'\?"):
         Trainer(max_epoch=3)
     with pytest.raises(TypeError, match="'max_epochs_defaulted'"):  # resolved fields are not keywords

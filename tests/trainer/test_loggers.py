@@ -218,3 +218,34 @@ def test_file_loggers_refuse_a_url_instead_of_writing_a_local_folder_named_after
     with pytest.raises(ValueError, match=r"save_dir='memory://runs'\): Ember's file loggers write to a local folder"):
         getattr(loggers, name)(save_dir="memory://runs")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_run_finalizes_the_given_loggers_as_failed_once(tmp_path: Path) -> None:
+    """Lightning calls every logger's finalize("failed") when a run raises; Ember's built-in loggers included
+    (their finalize closes the run, which stays readable)."""
+    from unittest import mock
+
+    from tests.trainer.helpers import Regressor, data
+    from trainer import Trainer
+
+    class Fails(Regressor):
+        def on_fit_start(self) -> None:
+            raise RuntimeError("boom")
+
+    logger = TensorBoardLogger(tmp_path)
+    finalize = mock.Mock(wraps=logger.finalize)
+    logger.finalize = finalize  # type: ignore[method-assign]
+    trainer = Trainer(logger=logger, max_epochs=1, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Fails(), data())
+    finalize.assert_called_once_with("failed")
+    assert logger.tracker.tracker is None  # closed, and not twice
+
+
+def test_default_root_dir_expands_the_home_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from trainer import Trainer
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Trainer(default_root_dir="~/runs", logger=False).default_root_dir == str(tmp_path / "runs")
+    assert Trainer(default_root_dir=Path("~/runs"), logger=False).default_root_dir == str(tmp_path / "runs")
+    assert Trainer(project_dir="~/own", logger=False).default_root_dir == str(tmp_path / "own")

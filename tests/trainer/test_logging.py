@@ -214,3 +214,39 @@ def test_fast_dev_run_logs_every_step() -> None:
     trainer = Trainer(**QUIET, fast_dev_run=True)
     trainer.fit(Logs(), data())
     assert {"a_step", "a_epoch"} <= set(trainer.logged_metrics)
+
+
+def test_every_run_starts_without_the_last_runs_metrics() -> None:
+    """As Lightning: callback / logged / progress-bar metrics are empty when fit, validate, test and predict start."""
+    seen: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+
+    class Reader(Callback):
+        def _read(self, trainer: Any, hook: str) -> None:
+            seen.append((hook, dict(trainer.callback_metrics), dict(trainer.logged_metrics),
+                         dict(trainer.progress_bar_metrics)))
+
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            self._read(trainer, "train")
+
+        def on_test_start(self, trainer: Any, module: Any) -> None:
+            self._read(trainer, "test")
+
+        def on_predict_start(self, trainer: Any, module: Any) -> None:
+            self._read(trainer, "predict")
+
+    class Logs(Regressor):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("test_metric", 1.0, prog_bar=True)
+
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return batch[0]
+
+    module = Logs()
+    trainer = Trainer(**QUIET, max_epochs=1, callbacks=[Reader()])
+    trainer.fit(module, data())
+    trainer.test(module, data(), verbose=False)
+    assert "test_metric" in trainer.callback_metrics
+    trainer.predict(module, data())
+    trainer.fit(module, data())  # a second fit too
+    assert [s[0] for s in seen] == ["train", "test", "predict", "train"]
+    assert all(s[1:] == ({}, {}, {}) for s in seen)

@@ -4,6 +4,7 @@ on Lightning: 3 training batches per epoch, 2 epochs, validation of 2 batches af
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -184,3 +185,42 @@ def test_fit_loop_done_before_fit_as_lightning(max_epochs: int | None, max_steps
 def test_all_sanity_steps_read_as_inf() -> None:
     assert Trainer(**{**QUIET, "num_sanity_val_steps": -1}).num_sanity_val_steps == float("inf")
     assert Trainer(**{**QUIET, "num_sanity_val_steps": 2}).num_sanity_val_steps == 2
+
+
+def test_the_epoch_and_step_counters_lightning_code_sets_write_the_train_state(tmp_path: Any) -> None:
+    """Lightning code moves current_epoch / global_step through the loops' progress counters; Ember's views pass
+    those two assignments on to TrainState (the counters' one owner), so a ModelCheckpoint driven by hand saves
+    under the names the counters give."""
+    from callbacks import ModelCheckpoint
+    from trainer.states import TrainerFn
+
+    trainer = Trainer(**QUIET)
+    loop = trainer.fit_loop
+    loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = 7
+    loop.epoch_progress.current.completed = 2
+    assert (trainer.global_step, trainer.current_epoch, trainer.state.global_step, trainer.state.epoch) == (7, 2, 7, 2)
+    assert loop.epoch_loop.automatic_optimization.optim_progress.optimizer_steps == 7
+    assert loop.epoch_loop.manual_optimization.optim_step_progress.total.completed == 0  # automatic without a module
+    with pytest.raises(AttributeError, match="does not use manual optimisation"):
+        loop.epoch_loop.manual_optimization.optim_step_progress.total.completed = 3
+    with pytest.raises(AttributeError, match="per-epoch"):
+        _ = loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.current
+    with pytest.raises(AttributeError, match="read-only view"):
+        loop.epoch_loop.automatic_optimization = None
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", monitor="m", save_top_k=2,
+                                 save_on_train_epoch_end=False)
+    # No module is attached: the trainer's save would refuse, so this one only leaves the file.
+    trainer.save_checkpoint = lambda path, *args: open(path, "a").close()  # type: ignore[method-assign]
+    trainer.state.fn = TrainerFn.FITTING  # what fit sets: saving is allowed while fitting only
+    for step, value in enumerate([3.0, 1.0, 2.0], 1):
+        loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = step
+        trainer.callback_metrics.update({"m": torch.tensor(value)})
+        checkpoint.on_validation_end(trainer, None)  # type: ignore[arg-type]
+        loop.epoch_progress.current.completed = step
+    assert sorted(os.listdir(tmp_path)) == ["epoch=1.ckpt", "epoch=2.ckpt"]  # the top 2 of 3
+    assert checkpoint.best_model_path.endswith("epoch=1.ckpt")
+    trainer.state.fn = TrainerFn.VALIDATING  # not fitting: nothing is saved
+    loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = 9
+    checkpoint.on_validation_end(trainer, None)  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["epoch=1.ckpt", "epoch=2.ckpt"]

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from callbacks import Callback
 from tests.trainer.helpers import QUIET, Regressor, data, fit
 from trainer import DataModule, Trainer, TrainModule, TrainState
-from trainer.module import StepRouter
+from trainer.loop.router import StepRouter
 
 
 class Base(TrainModule):
@@ -87,6 +87,14 @@ def test_step_router_keeps_the_modules_keys() -> None:
     assert set(router.state_dict()) == {"net.weight", "net.bias"}
     router.load_state_dict({k: torch.zeros_like(v) for k, v in module.state_dict().items()})
     assert not module.net.weight.detach().any()
+
+
+def test_freeze_and_unfreeze_switch_gradients_and_mode_and_return_the_module() -> None:
+    module = Regressor()
+    assert module.freeze() is module
+    assert not module.training and not any(p.requires_grad for p in module.parameters())
+    assert module.unfreeze() is module
+    assert module.training and all(p.requires_grad for p in module.parameters())
 
 
 def test_toggle_optimizer_freezes_the_other_parameters() -> None:

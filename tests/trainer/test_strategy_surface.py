@@ -96,3 +96,31 @@ def test_the_launcher_is_the_in_process_one_or_none() -> None:
     assert Trainer(**QUIET, max_epochs=1).strategy.launcher is None
     spawning = Trainer(**QUIET, max_epochs=1, strategy="ddp_spawn", accelerator="cpu", devices=2).strategy.launcher
     assert isinstance(spawning, SpawnLauncher) and spawning.processes == 2
+
+
+@pytest.mark.parametrize("precision, dtype", [(None, torch.float32), ("64-true", torch.float64),
+                                              ("bf16-true", torch.bfloat16), ("bf16-mixed", torch.float32)])
+def test_init_module_builds_on_the_device_in_a_true_precisions_dtype(precision: str | None,
+                                                                     dtype: torch.dtype) -> None:
+    trainer = Trainer(**QUIET, **({} if precision is None else {"precision": precision}))
+    with trainer.init_module():
+        layer = torch.nn.Linear(3, 2)
+        made = torch.zeros(1)
+    assert layer.weight.device == trainer.strategy.root_device and layer.weight.dtype == dtype
+    assert made.dtype == dtype and torch.get_default_dtype() == torch.float32  # restored after the block
+
+
+def test_empty_init_skips_the_layers_initialisation_only() -> None:
+    class Ones(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(4))
+            torch.nn.init.constant_(self.weight, 1.0)  # what empty_init skips (torch.zeros itself still runs)
+
+    trainer = Trainer(**QUIET)
+    with trainer.init_module(empty_init=True):
+        skipped = Ones()
+    with trainer.init_module(empty_init=False):
+        initialised = Ones()
+    assert skipped.weight.tolist() == [0.0] * 4 and initialised.weight.tolist() == [1.0] * 4
+    assert Ones().weight.tolist() == [1.0] * 4  # only inside the block

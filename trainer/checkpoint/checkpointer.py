@@ -173,8 +173,10 @@ class Checkpointer:
             raise ValueError(f"save_checkpoint(storage_options={storage_options!r}) is not supported: checkpoints "
                              "go to a local or mounted path.")
         path, module = str(filepath), self.entry.attached.module
-        if weights_only and module is None:
-            raise ValueError("save_checkpoint(weights_only=True) needs a module: fit or validate one first.")
+        if module is None:  # Lightning's type and sentence first, then the fix
+            raise AttributeError("Saving a checkpoint is only possible if a model is attached to the Trainer: "
+                                 f"save_checkpoint({path!r}) came before any fit / validate / test / predict. Call "
+                                 "one of them with the module first.")
         if weights_only and self.one_file:
             self.run_at_boundary(lambda: self._write_weights(path))
         elif weights_only:

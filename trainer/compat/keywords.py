@@ -254,10 +254,13 @@ def _refuse_unsupported(model_registry: Any, reload_every: Any) -> None:
 
 
 def _root_dir(default_root_dir: Any, project_dir: Any, unset: Any) -> Any:
+    """The run's folder, ``~`` expanded (as Lightning's ``default_root_dir``: not a folder named ``~``)."""
+    if project_dir is not unset and project_dir is not None:
+        project_dir = os.path.expanduser(os.fspath(project_dir))
     if default_root_dir is None:
         return project_dir
-    root = os.fspath(default_root_dir)
-    if project_dir is not unset and project_dir is not None and os.fspath(project_dir) != root:
+    root = os.path.expanduser(os.fspath(default_root_dir))
+    if project_dir is not unset and project_dir is not None and project_dir != root:
         raise ValueError(f"Trainer(default_root_dir={root!r}, project_dir={project_dir!r}) name two folders for one "
                          "run: pass only one (they are the same setting).")
     return root

@@ -6,7 +6,8 @@ public attributes: ``trainer.fit_loop.max_epochs``, ``fit_loop.epoch_progress.cu
 computes those values from their one owner when read (``TrainState`` for the training counters, the trainer's
 limits for ``max_epochs`` & co., the evaluation loop's ``BatchCounts`` for evaluation batches), so nothing is
 stored twice. Only ``max_epochs`` / ``max_steps`` may be assigned, as on the trainer (Lightning scripts raise
-them before a second ``fit``); every other attribute refuses assignment.
+them before a second ``fit``), and the two counters Lightning code sets to move ``current_epoch`` and
+``global_step`` (``OwnedCounts``: the assignment goes to ``TrainState``); every other attribute refuses assignment.
 
 The progress counters follow what Lightning 2.6 reports at hook boundaries (recorded by
 ``tests/parity_scripts/record_loop_views.py``): ``ready`` / ``started`` count a batch (or epoch) once it has
@@ -16,6 +17,7 @@ the current epoch (batches) or this ``fit`` call (epochs) began.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +34,81 @@ class ProgressCounts:
     completed: int = 0
 
 
+class OwnedCounts:
+    """A counter read from its one owner (``TrainState``) whenever read; ``completed`` may be assigned and then
+    sets that owner's counter. Lightning code moves ``trainer.current_epoch`` by setting
+    ``fit_loop.epoch_progress.current.completed`` and ``trainer.global_step`` by setting
+    ``fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed``; the other three
+    counters follow ``completed`` (nothing is half-done between two reads from outside the loop)."""
+
+    def __init__(self, read: Callable[[], ProgressCounts], write: Callable[[int], None]) -> None:
+        self._read, self._write = read, write
+
+    @property
+    def ready(self) -> int:
+        return self._read().ready
+
+    @property
+    def started(self) -> int:
+        return self._read().started
+
+    @property
+    def processed(self) -> int:
+        return self._read().processed
+
+    @property
+    def completed(self) -> int:
+        return self._read().completed
+
+    @completed.setter
+    def completed(self, value: int) -> None:
+        self._write(value)
+
+    def __eq__(self, other: object) -> bool:
+        return self._read() == (other._read() if isinstance(other, OwnedCounts) else other)
+
+    def __repr__(self) -> str:
+        return repr(self._read())
+
+
 @dataclass(frozen=True)
 class Progress:
     """Lightning's ``Progress`` / ``BatchProgress``: the counters over the run (``total``) and now (``current``)."""
 
-    total: ProgressCounts
-    current: ProgressCounts
+    total: ProgressCounts | OwnedCounts
+    current: ProgressCounts | OwnedCounts
     is_last_batch: bool = False
+
+
+class StepProgress:
+    """Lightning's optimizer-step ``Progress``: ``total`` counts the steps over the run (``trainer.global_step``).
+    Ember keeps no count of the steps within the current epoch, so there is no ``current``."""
+
+    def __init__(self, total: OwnedCounts) -> None:
+        self.total = total
+
+    @property
+    def current(self) -> ProgressCounts:
+        raise AttributeError("Ember counts optimizer steps over the run only: read .total (trainer.global_step); "
+                             "there is no per-epoch .current.")
+
+
+@dataclass(frozen=True)
+class OptimizerProgress:
+    """Lightning's ``optim_progress.optimizer``: the optimizer steps (``step``)."""
+
+    step: StepProgress
+
+
+@dataclass(frozen=True)
+class OptimizationProgress:
+    """Lightning's ``automatic_optimization.optim_progress``."""
+
+    optimizer: OptimizerProgress
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.optimizer.step.total.completed
 
 
 def _counts(done: int, open_: bool, ended: bool = False) -> ProgressCounts:
@@ -59,6 +129,48 @@ class _ReadOnly:
         raise AttributeError(f"{type(self).__name__}.{name} is a read-only view of the trainer's state; it cannot "
                              f"be assigned (received {value!r}). Set the Trainer's keyword instead, e.g. "
                              "Trainer(max_epochs=...).")
+
+
+def _step_counts(trainer: Any, automatic: bool) -> OwnedCounts:
+    """``trainer.global_step`` as the step counter of automatic (or manual) optimisation; the other mode's reads 0
+    and cannot be set, as Lightning's counts only the mode the module uses (automatic without a module)."""
+    def active() -> bool:
+        module = trainer.lightning_module
+        return (module is None or bool(module.automatic_optimization)) == automatic
+
+    def read() -> ProgressCounts:
+        return _counts(trainer.state.global_step if active() else 0, False)
+
+    def write(value: int) -> None:
+        if not active():
+            mode = "automatic" if automatic else "manual"
+            raise AttributeError(f"The module does not use {mode} optimisation: set trainer.global_step through the "
+                                 f"other mode's counter. Received: {value!r}.")
+        trainer.state.global_step = int(value)
+
+    return OwnedCounts(read, write)
+
+
+class AutomaticOptimizationView(_ReadOnly):
+    """``fit_loop.epoch_loop.automatic_optimization``: its ``optim_progress``."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    @property
+    def optim_progress(self) -> OptimizationProgress:
+        return OptimizationProgress(OptimizerProgress(StepProgress(_step_counts(self._trainer, True))))
+
+
+class ManualOptimizationView(_ReadOnly):
+    """``fit_loop.epoch_loop.manual_optimization``: its ``optim_step_progress`` (the ``optimizer.step()`` calls)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    @property
+    def optim_step_progress(self) -> StepProgress:
+        return StepProgress(_step_counts(self._trainer, False))
 
 
 class EvaluationLoopView(_ReadOnly):
@@ -145,6 +257,14 @@ class EpochLoopView(_ReadOnly):
         done = self.batch_idx + 1 - int(open_)  # batches of this (or, between epochs, the last) epoch done
         last = plan.num_training_batches is not None and done == plan.num_training_batches and done > 0
         return Progress(_counts(state.micro_step, open_), _counts(done, open_), is_last_batch=last)
+
+    @property
+    def automatic_optimization(self) -> AutomaticOptimizationView:
+        return AutomaticOptimizationView(self._trainer)
+
+    @property
+    def manual_optimization(self) -> ManualOptimizationView:
+        return ManualOptimizationView(self._trainer)
 
     @property
     def global_step(self) -> int:
@@ -237,13 +357,23 @@ class FitLoopView(_ReadOnly):
 
     @property
     def epoch_progress(self) -> Progress:
+        """The epochs; ``current.completed`` is ``trainer.current_epoch`` and setting it sets that (Lightning's
+        ``current_epoch`` reads it), ``total`` is a snapshot."""
+        trainer = self._trainer
+
+        def write(value: int) -> None:
+            trainer.state.epoch = int(value)
+
+        return Progress(self._epoch_counts(), OwnedCounts(self._epoch_counts, write))
+
+    def _epoch_counts(self) -> ProgressCounts:
         trainer = self._trainer
         running = in_epoch(trainer)
         ended = running and trainer.metric_logger.in_epoch_hook  # the epoch-end hooks are running
         counts = _counts(trainer.state.epoch, running, ended)
         if not running and epoch_starting(trainer):  # on_train_epoch_start: ready, not yet started
             counts = ProgressCounts(counts.ready + 1, counts.started, counts.processed, counts.completed)
-        return Progress(counts, counts)
+        return counts
 
     @property
     def done(self) -> bool:

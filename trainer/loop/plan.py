@@ -37,8 +37,9 @@ from trainer.loop.data import (
 )
 from trainer.loop.hooks import overrides
 from trainer.loop.reload import ReloadSchedule, epoch_shown, stage_shown
+from trainer.loop.router import StepRouter, step_function
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
-from trainer.module import StepRouter, TrainModule, step_function
+from trainer.module import TrainModule
 from trainer.optim import (
     ManualOptimizer,
     NoOptimizer,

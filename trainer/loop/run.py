@@ -48,8 +48,10 @@ def lend_logging(module: TrainModule, callbacks: list[Callback]) -> TrainModule:
 
 def check_module(module: Any) -> TrainModule:
     if not isinstance(module, TrainModule):
-        raise TypeError(f"The trainer runs TrainModule subclasses. Received: {type(module).__name__}: derive your "
-                        "model from trainer.TrainModule.")
+        # Lightning's sentence first (code may match on it), then what to do.
+        raise TypeError(f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got "
+                        f"`{type(module).__qualname__}`. The trainer runs TrainModule subclasses: derive your model "
+                        "from trainer.TrainModule (Lightning's LightningModule).")
     return module
 
 

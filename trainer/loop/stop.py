@@ -100,16 +100,17 @@ class StopController:
             return f"`max_time={config.max_time:g}` seconds reached (elapsed {self.state.time_elapsed:.1f} s)."
         return None if name is None else f"`{name}={getattr(config, name)}` reached."
 
-    def already_reached(self, config: TrainerConfig) -> tuple[str, str] | None:
-        """``(the limit and where the run stands, its keyword)`` when a resumed run had already reached one of
-        its limits (nothing to train), else ``None``."""
+    def say_already_reached(self, config: TrainerConfig, ckpt_path: str | None) -> None:
+        """After a resume: say (on the main process) when the run had already reached one of its limits, so
+        nothing is left to train, and which keyword to raise (Lightning only says "`Trainer.fit` stopped: ...")."""
         name, state = self.reached(config), self.state
         if name is None:
-            return None
+            return
         where = {"max_steps": f"at step {state.global_step}", "max_epochs": f"at epoch {state.epoch}",
                  "max_time": f"after {state.time_elapsed:.1f} s of training"}[name]
         value = f"{config.max_time:g} s" if name == "max_time" else getattr(config, name)
-        return f"{name}={value} {where}", name
+        self.accelerator.print(f"fit(ckpt_path={ckpt_path!r}): the run already reached {name}={value} {where}; "
+                               f"nothing to train. Raise {name} to train further.")
 
     def stop_now(self, config: TrainerConfig) -> bool:
         """Whether to stop at this step boundary; every process reaches the same answer at the same step.

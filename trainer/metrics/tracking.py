@@ -12,6 +12,7 @@ import torch
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
 from trainer.loggers.adapter import RunListener
+from trainer.loggers.logger import Logger
 from trainer.metrics.logger import to_python
 from trainer.state import TrainState
 
@@ -28,7 +29,7 @@ class TrackerLink:
     """
 
     def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool,
-                 autolog: bool = True) -> None:
+                 autolog: bool = True, loggers: tuple[Any, ...] = ()) -> None:
         self.accelerator = accelerator
         self.autolog = autolog  # Lightning's enable_autolog_hparams: hyperparameters as the run configuration
         self.state = state
@@ -37,6 +38,10 @@ class TrackerLink:
         self.started = self.finished = False
         given = accelerator.log_with if isinstance(accelerator.log_with, (list, tuple)) else [accelerator.log_with]
         self.listeners = [t for t in given if isinstance(t, RunListener)] if self.enabled else []
+        # The given Lightning-style loggers whose tracker the engine drives directly (Ember's CSVLogger,
+        # TensorBoardLogger, ...): a failed run calls their finalize("failed") as Lightning does (the listeners'
+        # loggers get that call through run_ended).
+        self.direct_loggers = [v for v in loggers if isinstance(v, Logger) and not isinstance(v.tracker, RunListener)]
 
     def hyperparameters(self, owners: tuple[Any, ...]) -> dict[str, Any]:
         """The hyper-parameters of ``owners`` (the module and data module) that are logged, as first saved
@@ -100,6 +105,9 @@ class TrackerLink:
         (even if a logger's ``finalize`` raised), so their files are complete."""
         try:
             self.run_ended("failed")
+            if self.enabled and self.accelerator.is_main_process and not self.finished:
+                for logger in self.direct_loggers:  # a built-in logger's finalize finishes its tracker
+                    logger.finalize("failed")
         finally:
             self.finish()
 

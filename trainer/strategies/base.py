@@ -13,14 +13,17 @@ the run itself.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
 
 from engine import broadcast_object_list
+from trainer.strategies.init_context import tensor_init_context
 
 
 class Strategy(ABC):
@@ -89,6 +92,13 @@ class Strategy(ABC):
         process that trains itself (one process, or a worker: Ember's script launch starts those before the
         Trainer exists)."""
         return getattr(self._trainer(), "_launcher", None)
+
+    @contextlib.contextmanager
+    def tensor_init_context(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Tensors created inside are on ``root_device``, in the run's true precision's dtype, and left
+        uninitialised when ``empty_init`` (``trainer.strategies.init_context``)."""
+        with tensor_init_context(self.root_device, self._trainer().config.resolved_precision, empty_init):
+            yield
 
     @property
     def root_device(self) -> torch.device:
