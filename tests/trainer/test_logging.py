@@ -250,3 +250,17 @@ def test_every_run_starts_without_the_last_runs_metrics() -> None:
     trainer.fit(module, data())  # a second fit too
     assert [s[0] for s in seen] == ["train", "test", "predict", "train"]
     assert all(s[1:] == ({}, {}, {}) for s in seen)
+
+
+def test_several_eval_loaders_name_forked_values_as_lightning_and_each_result_gets_its_own() -> None:
+    # Lightning 2.6.6 (tests_pytorch/trainer/logging_/test_eval_loop_logging.py): "loss_epoch/dataloader_idx_0",
+    # the loader suffix after _step / _epoch; trainer.test returns one dict per loader with its own names.
+    class TwoLoaders(Regressor):
+        def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("loss", torch.nn.functional.mse_loss(self(batch[0]), batch[1]), on_step=True, on_epoch=True)
+
+    trainer = Trainer(**{**QUIET, "limit_test_batches": 2})
+    results = trainer.test(TwoLoaders(), [data(8, 4), data(8, 4, seed=1)], verbose=False)
+    assert [set(r) for r in results] == [{"loss_epoch/dataloader_idx_0"}, {"loss_epoch/dataloader_idx_1"}]
+    assert set(trainer.logged_metrics) == {f"loss_{kind}/dataloader_idx_{i}" for kind in ("step", "epoch")
+                                           for i in (0, 1)}

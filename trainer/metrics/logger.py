@@ -186,13 +186,14 @@ class MetricLogger:
             on_step = self._default_on_step
         if on_epoch is None:
             on_epoch = self._default_on_epoch
-        key = name + self.dataloader_suffix if add_dataloader_idx else name
+        suffix = self.dataloader_suffix if add_dataloader_idx else ""
+        key = name + suffix
         # A lambda written inline is a new object at every call; its code object identifies it.
         reduce_key = reduce_fx if type(reduce_fx) is str else getattr(reduce_fx, "__code__", reduce_fx)
         record_options = (prog_bar, logger, on_step, on_epoch, reduce_key, sync_dist)
         record = self._records.get(key)
         if record is None or record.options != record_options:
-            record = self._register(key, record_options, reduce_fx)
+            record = self._register(key, record_options, reduce_fx, suffix)
         if type(value) is not torch.Tensor and is_torchmetric(value):
             self._log_metric_object(record, value, enable_graph)
             return
@@ -261,7 +262,7 @@ class MetricLogger:
         if record.on_epoch:
             record.dirty = True
 
-    def _register(self, key: str, options: tuple[Any, ...], reduce_fx: ReduceFx) -> _Metric:
+    def _register(self, key: str, options: tuple[Any, ...], reduce_fx: ReduceFx, suffix: str = "") -> _Metric:
         prog_bar, logger, on_step, on_epoch, _, sync_dist = options
         if self.stage not in _LOGGING_STAGES:
             where = "predict" if self.stage == "predict" else "this hook (outside training and evaluation batches)"
@@ -283,10 +284,13 @@ class MetricLogger:
                              f"reduce_fx, sync_dist)={existing.options}, now with {options}. Log it with the same "
                              "options everywhere, or use a different name.")
         both = on_step and on_epoch
+        base = key[:len(key) - len(suffix)]
         record = _Metric(name=key, options=options, prog_bar=prog_bar, logger=logger, on_step=on_step,
                          on_epoch=on_epoch, reduce=reduce, reduce_fn=reduce_fn, sync_dist=sync_epoch,
                          sync_step=sync_dist is True,
-                         step_key=f"{key}_step" if both else key, epoch_key=f"{key}_epoch" if both else key)
+                         # Lightning's names: the loader suffix after _step / _epoch ("loss_epoch/dataloader_idx_0").
+                         step_key=f"{base}_step{suffix}" if both else key,
+                         epoch_key=f"{base}_epoch{suffix}" if both else key)
         self._records[key] = record
         return record
 
