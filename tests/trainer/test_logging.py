@@ -258,9 +258,15 @@ def test_several_eval_loaders_name_forked_values_as_lightning_and_each_result_ge
     class TwoLoaders(Regressor):
         def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
             self.log("loss", torch.nn.functional.mse_loss(self(batch[0]), batch[1]), on_step=True, on_epoch=True)
+            # A name without the suffix belongs to the results of the loader it was logged in.
+            self.log(f"plain_{dataloader_idx}", 1.0, add_dataloader_idx=False)
+
+        def on_test_epoch_end(self) -> None:
+            self.log("everywhere", 2.0)  # outside the loaders: in every loader's results
 
     trainer = Trainer(**{**QUIET, "limit_test_batches": 2})
     results = trainer.test(TwoLoaders(), [data(8, 4), data(8, 4, seed=1)], verbose=False)
-    assert [set(r) for r in results] == [{"loss_epoch/dataloader_idx_0"}, {"loss_epoch/dataloader_idx_1"}]
-    assert set(trainer.logged_metrics) == {f"loss_{kind}/dataloader_idx_{i}" for kind in ("step", "epoch")
-                                           for i in (0, 1)}
+    assert [set(r) for r in results] == [{"loss_epoch/dataloader_idx_0", "plain_0", "everywhere"},
+                                         {"loss_epoch/dataloader_idx_1", "plain_1", "everywhere"}]
+    assert {k for k in trainer.logged_metrics if k.startswith("loss")} == {
+        f"loss_{kind}/dataloader_idx_{i}" for kind in ("step", "epoch") for i in (0, 1)}

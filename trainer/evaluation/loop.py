@@ -85,8 +85,7 @@ class EvaluationLoop:
             metrics.set_stage("train", fresh=False)
         if len(loaders) <= 1:
             return [results]
-        return [{k: v for k, v in results.items() if "/dataloader_idx_" not in k or k.endswith(f"/dataloader_idx_{i}")}
-                for i in range(len(loaders))]
+        return metrics.loader_results(results, len(loaders))
 
     def _passes(self, x: str, stage: str, hooks: HookTable, model: Any, loaders: list[Any],
                 counts: list[int | None], alone: bool) -> dict[str, Any]:
@@ -100,7 +99,7 @@ class EvaluationLoop:
         hooks.call(f"on_{x}_start")
         hooks.call(f"on_{x}_epoch_start")
         for dl_idx, (loader, count) in enumerate(zip(loaders, counts)):
-            metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if len(loaders) > 1 else ""
+            metrics.set_loader(dl_idx if len(loaders) > 1 else None)
             numbered = transferred(batches(loader, count), self.plan.transfer, dl_idx)
             for batch_idx, batch in profiled_iter(hooks.profiler, f"{x}_dataloader_next", numbered):
                 batch, padding = drop_padding(loader, batch_idx, batch)  # exact across processes
@@ -120,7 +119,7 @@ class EvaluationLoop:
                     self.batch_counts.batch_done(counted)
                 if stage != "sanity_check":
                     self.trackers.log(metrics.step_values(), new_row=alone)
-        metrics.dataloader_suffix = ""
+        metrics.set_loader(None)
         if counted is not None:
             self.batch_counts.end_run(counted)
         logged = stage != "sanity_check"

@@ -71,6 +71,7 @@ class _Metric:
     weight: float = 0.0
     dirty: bool = False  # epoch values were added since the last end_epoch
     metric: Any = None  # a torchmetrics Metric logged under this name: it accumulates and syncs its own state
+    dataloader_idx: int | None = None  # the evaluation loader it was first logged in (several loaders), else None
 
     def fold(self) -> None:
         """Fold the buffered values into ``total`` (a custom reduction keeps every value instead)."""
@@ -131,6 +132,7 @@ class MetricLogger:
         self.stage = "idle"
         self.in_epoch_hook = False
         self.dataloader_suffix = ""
+        self.dataloader_idx: int | None = None  # the evaluation loader running, when there are several
         self.batch: Any = None
         self._batch_size: int | None = None
         self._padding = False  # the current batch holds only samples repeated to even out processes
@@ -291,8 +293,22 @@ class MetricLogger:
                          # Lightning's names: the loader suffix after _step / _epoch ("loss_epoch/dataloader_idx_0").
                          step_key=f"{base}_step{suffix}" if both else key,
                          epoch_key=f"{base}_epoch{suffix}" if both else key)
+        record.dataloader_idx = self.dataloader_idx
         self._records[key] = record
         return record
+
+    def set_loader(self, dataloader_idx: int | None) -> None:
+        """The evaluation loader whose batches run now (``None``: one loader, or between loaders): names logged
+        with ``add_dataloader_idx`` get its suffix, and every name logged now belongs to its results."""
+        self.dataloader_idx = dataloader_idx
+        self.dataloader_suffix = "" if dataloader_idx is None else f"/dataloader_idx_{dataloader_idx}"
+
+    def loader_results(self, results: dict[str, Any], count: int) -> list[dict[str, Any]]:
+        """``results`` (epoch values by name) split per evaluation loader, as Lightning's: a name belongs to the
+        loader it was logged in (``add_dataloader_idx=False`` names too); one logged outside the loaders (an
+        epoch-end hook) to every loader's results."""
+        owner = {r.epoch_key: r.dataloader_idx for r in self._records.values()}
+        return [{k: v for k, v in results.items() if owner.get(k) is None or owner.get(k) == i} for i in range(count)]
 
     def _current_batch_size(self) -> int:
         if self._batch_size is None:  # no batch announced (a hook outside the batch loop)
