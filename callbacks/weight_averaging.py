@@ -364,7 +364,8 @@ class StochasticWeightAveraging(WeightAveraging):
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
             loader = trainer.train_dataloader
             assert loader is not None
-            update_bn(loader, pl_module)
+            # The loader as given (trainer.train_dataloader in one process) leaves its batches on the CPU.
+            update_bn(loader, pl_module, device=getattr(pl_module, "device", None))
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -25,6 +25,8 @@ class Recorder(TrainModule):
         super().__init__()
         self.layer = torch.nn.Linear(1, 1)
         self.data, self.val = data, val
+        if val is None:  # no validation data: the hook is switched off (one returning None is refused, as in Lightning)
+            self.val_dataloader = None  # type: ignore[method-assign]
         self.seen: list[Any] = []
         self.val_seen: list[int] = []
 

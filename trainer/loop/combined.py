@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader
-
 from trainer.loop.data import limit_batches, loader_length, without_shuffle
 from trainer.utilities.combined_loader import CombinedLoader, combined_length
 from trainer.utilities.tree import unflatten
@@ -56,17 +54,15 @@ def check_train_mode(combined: CombinedLoader) -> None:
                          "batch of every loader per step; sequential mode is for validate, test and predict.")
 
 
-def prepare_combined(combined: CombinedLoader, prepare: Callable[[DataLoader], DataLoader], overfit: float,
+def prepare_combined(combined: CombinedLoader, prepare: Callable[[Any], Any], overfit: float,
                      limit: float) -> tuple[CombinedTrainData, int | None]:
     """Prepare each of ``combined``'s loaders with ``prepare`` (the engine), put them in its place, and return
     the loop's iterable and the epoch's batch count (``limit_train_batches`` applies to each loader, then the
     mode combines the counts, as in Lightning; None when unknown)."""
-    for loader in combined.flattened:  # each one's position is saved for an exact resume: DataLoaders only
-        if not isinstance(loader, DataLoader):
-            raise TypeError(f"The train data must be a torch.utils.data.DataLoader or a collection of them. "
-                            f"Received: {type(loader).__name__} inside {type(combined.iterables).__name__}. "
-                            "Wrap each dataset: DataLoader(dataset, batch_size=...).")
-    prepared = [prepare(without_shuffle(loader) if overfit else loader) for loader in combined.flattened]
+    # The loaders were checked where they were requested (request_loaders): DataLoaders, whose positions the engine
+    # saves for an exact resume, or other iterables of batches, read as they are.
+    sources = [without_shuffle(loader) if overfit else loader for loader in combined.flattened]
+    prepared = [prepare(loader) for loader in sources]
     combined.flattened = prepared
     counts = [limit_batches(loader_length(p), limit, "limit_train_batches") for p in prepared]
     total = combined_length(combined, [float("inf") if n is None else n for n in counts])
@@ -74,7 +70,7 @@ def prepare_combined(combined: CombinedLoader, prepare: Callable[[DataLoader], D
     if count == 0 and limit != 0 and combined.mode in TRAIN_MODES:
         raise ValueError(f"The combined training data yields no batch: its loaders have {counts} batches "
                          f"(mode={combined.mode!r}). Give every loader at least one batch.")
-    return CombinedTrainData(combined), count
+    return CombinedTrainData(combined, sources), count
 
 
 class CombinedTrainData:
@@ -83,10 +79,12 @@ class CombinedTrainData:
 
     Args:
         combined: the user's combined loader, its ``flattened`` already replaced by the prepared loaders.
+        sources: its loaders as given (before preparing): what ``trainer.train_dataloader`` shows in one process.
     """
 
-    def __init__(self, combined: CombinedLoader) -> None:
+    def __init__(self, combined: CombinedLoader, sources: list[Any] | None = None) -> None:
         self.combined = combined
+        self.sources = list(combined.flattened) if sources is None else sources
         self.loaders = list(combined.flattened)
         self.lengths = [loader_length(loader) for loader in self.loaders]
         self.mode = combined.mode

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any, cast
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
+from engine.operations import send_to_device
 from trainer.datamodule import DataModule
 from trainer.loop.hooks import overrides
 from trainer.module import TrainModule
 from trainer.utilities.combined_loader import CombinedLoader
+from trainer.utilities.exceptions import MisconfigurationException
 from trainer.utilities.rank_zero import rank_zero_warn
 from trainer.utilities.tree import Shape, flatten
 from trainer.utilities.warnings import PossibleUserWarning
@@ -19,12 +22,55 @@ from trainer.utilities.warnings import PossibleUserWarning
 KINDS = {"train": "train_dataloaders", "val": "val_dataloaders", "test": "dataloaders", "predict": "dataloaders"}
 
 
+class NoDataError(MisconfigurationException, TypeError):
+    """Nothing provides a stage's data: none was passed, and no data module or module hook gives any.
+
+    Lightning raises a ``TypeError`` ("An invalid dataloader was passed to ... Found None") where the hook is switched
+    off (set to None) and a ``MisconfigurationException`` where it is not implemented; this one error is both."""
+
+
+def no_data(kind: str, entry: str, module: TrainModule) -> NoDataError:
+    """The error for a run of ``entry`` (``"fit"``, ``"validate"``, ...) that has no ``kind`` data at all."""
+    argument = KINDS[kind] if entry == "fit" else "dataloaders"
+    what = "training" if kind == "train" else kind
+    call = "fit(model, train_dataloaders=...)" if entry == "fit" else f"trainer.{entry}(model, dataloaders=...)"
+    # Lightning's words first (its tests match them), then what to do.
+    return NoDataError(f"An invalid dataloader was passed to `Trainer.{entry}({argument}=...)`. Found None. No "
+                       f"{what} data: pass {call}, datamodule=..., or define {type(module).__name__}.{kind}_dataloader().")
+
+
+# Iterables whose items are single values, not batches: refused early (the usual mistake is passing raw values or a
+# tensor where a DataLoader over them was meant). A list / tuple of plain values reaches here as one leaf (see flatten).
+_SINGLE_VALUES = (str, bytes, range, list, tuple, torch.Tensor)
+
+
+def is_batch_iterable(loader: Any) -> bool:
+    """Whether ``loader`` can be a stage's data: a ``DataLoader``, or any other iterable of batches (a wrapper
+    without ``__len__``, an infinite one), as Lightning accepts; not ``None``, not a non-iterable, and not one of
+    ``_SINGLE_VALUES``.
+
+    Example:
+        >>> is_batch_iterable(DataLoader(range(4))), is_batch_iterable(iter([1])), is_batch_iterable(range(3))
+        (True, True, False)
+    """
+    if isinstance(loader, DataLoader):
+        return True  # no iter() call: a DataLoader's may start worker processes
+    if loader is None or isinstance(loader, _SINGLE_VALUES):
+        return False
+    try:
+        iter(loader)
+    except TypeError:
+        return False
+    return True
+
+
 def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule,
                     entry: str | None = None) -> Any:
     """The data of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``) as given: passed in, else the data
-    module's ``{kind}_dataloader()``, else the module's; None when none of them provides any. Anything in it that
-    is not a ``DataLoader`` is refused here, naming where it came from: the argument of ``Trainer.{entry}`` (default:
-    ``fit`` for train / val data, else the kind's own entry point) or the hook that returned it."""
+    module's ``{kind}_dataloader()``, else the module's; None when none of them provides any. A hook that returns
+    None, and anything in the data that is not an iterable of batches (see ``is_batch_iterable``), is refused here,
+    naming where it came from: the argument of ``Trainer.{entry}`` (default: ``fit`` for train / val data, else the
+    kind's own entry point) or the hook that returned it."""
     method = f"{kind}_dataloader"
     entry = entry or ("fit" if kind in ("train", "val") else kind)
     if given is not None and datamodule is not None:
@@ -34,12 +80,14 @@ def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module
         given, origin = getattr(datamodule, method)(), f"returned from `{type(datamodule).__name__}.{method}()`"
     elif given is None and overrides(module, TrainModule, method):
         given, origin = getattr(module, method)(), f"returned from `{type(module).__name__}.{method}()`"
-    if given is not None:
-        for loader in given.flattened if isinstance(given, CombinedLoader) else flatten(given)[0]:
-            if not isinstance(loader, DataLoader):  # Lightning's words first, then what to do
-                raise TypeError(f"An invalid dataloader was {origin}. Found {type(loader).__name__}: the {kind} data "
-                                "must be a torch.utils.data.DataLoader, a dict / list / tuple of them, or a "
-                                "CombinedLoader. Wrap the dataset: DataLoader(dataset, batch_size=...).")
+    elif given is None:
+        return None
+    for loader in given.flattened if isinstance(given, CombinedLoader) else flatten(given)[0]:
+        if not is_batch_iterable(loader):  # Lightning's words first, then what to do
+            found = "None" if loader is None else type(loader).__name__
+            raise TypeError(f"An invalid dataloader was {origin}. Found {found}: the {kind} data must be a "
+                            "torch.utils.data.DataLoader (or another iterable of batches), a dict / list / tuple of "
+                            "them, or a CombinedLoader. Wrap the dataset: DataLoader(dataset, batch_size=...).")
     return given
 
 
@@ -75,10 +123,6 @@ def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None, module:
         loaders, shape = list(given.flattened), given.shape
     else:
         loaders, shape = flatten(given)
-    for loader in loaders:
-        if not isinstance(loader, DataLoader):
-            raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or a list of them). Received: "
-                            f"{type(loader).__name__}. Wrap the dataset: DataLoader(dataset, batch_size=...).")
     return loaders, shape
 
 
@@ -103,13 +147,47 @@ def check_val_loop(val: list[DataLoader], given: Any, datamodule: DataModule | N
     return val
 
 
-def check_loaders(kind: str, given: Any) -> DataLoader:
-    """The one ``DataLoader`` of the one-loader training path (``given`` is neither a collection nor combined)."""
-    if not isinstance(given, DataLoader):
-        raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader, a dict / list / tuple of them, or a "
-                        f"CombinedLoader. Received: {type(given).__name__}. Wrap the dataset: DataLoader(dataset, "
-                        "batch_size=...).")
+def check_loaders(kind: str, given: Any) -> Any:
+    """The one loader of the one-loader training path (``given`` is neither a collection nor combined)."""
+    if not is_batch_iterable(given):
+        raise TypeError(f"The {kind} data must be a torch.utils.data.DataLoader (or another iterable of batches), a "
+                        f"dict / list / tuple of them, or a CombinedLoader. Received: {type(given).__name__}. Wrap the "
+                        "dataset: DataLoader(dataset, batch_size=...).")
     return given
+
+
+class PlacedBatches:
+    """An iterable of batches that is not a ``DataLoader`` (the engine prepares only those), its batches moved to
+    ``device`` as the engine's loaders move theirs. It has a length when the iterable has one. Such data is read
+    as it is: not sharded across processes, and a resumed run starts its epoch from the iterable's start.
+
+    Example:
+        >>> batches = PlacedBatches([torch.zeros(2)], torch.device("cpu"))
+        >>> [b.device.type for b in batches], len(batches)
+        (['cpu'], 1)
+    """
+
+    def __init__(self, iterable: Iterable[Any], device: torch.device) -> None:
+        self.iterable = iterable
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(cast(Sized, self.iterable))  # a TypeError / NotImplementedError says it has none (loader_length)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.iterable:
+            yield send_to_device(batch, self.device)
+
+
+def warn_unresumable(loaders: list[Any], batch_in_epoch: int) -> None:
+    """Say so when a run resumed inside an epoch reads training data that does not restore its position (an iterable
+    that is not a ``DataLoader``): that data starts again from its beginning, the resume is not exact."""
+    plain = [type(loader.iterable if isinstance(loader, PlacedBatches) else loader).__name__ for loader in loaders
+             if not isinstance(loader, DataLoader)]  # the engine prepared every DataLoader: each saves its place
+    if batch_in_epoch > 0 and plain:
+        rank_zero_warn(f"Resuming inside epoch at batch {batch_in_epoch}: the training data ({', '.join(plain)}) is not "
+                       "a torch.utils.data.DataLoader, so it cannot restore its position and is read again from its "
+                       "beginning for the rest of the epoch. Pass a DataLoader for an exact resume.", stacklevel=2)
 
 
 def loader_length(loader: Any) -> int | None:
@@ -133,9 +211,12 @@ def limit_batches(length: int | None, limit: float, name: str) -> int | None:
         return limit if length is None else min(limit, length)
     if limit == 1.0:
         return length
-    if length is None:
-        raise ValueError(f"{name}={limit} is a fraction, but the loader has no length (an iterable dataset): "
-                         f"pass an int number of batches instead.")
+    if length is None:  # Lightning's words first (its tests match them), then what was received and what to do
+        stage = name.split("_")[1]
+        raise MisconfigurationException(
+            f"When using an `IterableDataset`, `Trainer({name})` must be `1.0` or an int. An int specifies "
+            f"`num_{stage}_batches` to use. Received {name}={limit}, a fraction of a loader without a length (an "
+            "iterable dataset, or an iterable without __len__): pass an int number of batches instead.")
     count = int(length * limit)
     if count == 0 and limit > 0:
         raise ValueError(f"{name}={limit} of {length} batches is less than one batch: raise {name} to at least "

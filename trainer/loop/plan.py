@@ -26,17 +26,20 @@ from trainer.datamodule import DataModule
 from trainer.errors import MisconfigurationError
 from trainer.loop.combined import CombinedTrainData, check_train_mode, prepare_combined, training_combination
 from trainer.loop.data import (
+    PlacedBatches,
     check_loaders,
     check_not_empty,
     check_val_loop,
     limit_batches,
     loader_length,
+    no_data,
     request_loaders,
     resolve_shaped,
+    warn_unresumable,
     without_shuffle,
 )
 from trainer.loop.hooks import overrides
-from trainer.loop.reload import ReloadSchedule, epoch_shown, stage_shown
+from trainer.loop.reload import ReloadSchedule, epoch_shown, first_validating_epoch, stage_shown
 from trainer.loop.router import StepRouter, step_function
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import TrainModule
@@ -90,6 +93,7 @@ class RunPlan:
         self.combined: CombinedLoader | None = None  # several training loaders (None: the one-loader path)
         self.transfer: Transfer | None = None  # the batch-transfer hooks (None: none overridden)
         self.shapes: dict[str, Shape | None] = {}  # how each kind's evaluation loaders were given ("val", ...)
+        self._given: dict[str, list[Any]] = {}  # each kind's loaders as given, before the engine prepared them
         self.num_training_batches: int | None = 0
         self.val_loaders: list[DataLoader] = []
         self.num_val_batches: list[int | None] = []
@@ -132,6 +136,7 @@ class RunPlan:
         """Make ``loaders`` the trainer's ``{kind}`` loaders (``"train"``, ``"val"``, ``"test"``, ``"predict"``),
         in the ``shape`` they were given in, without preparing them: what the tuner leaves behind, as Lightning's
         does (the next run prepares its own)."""
+        self._given[kind] = list(loaders[:1] if kind == "train" else loaders)
         if kind == "train":
             self.train_loader = loaders[0] if loaders else None
         else:
@@ -160,11 +165,11 @@ class RunPlan:
                 val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         given = request_loaders("train", train_dataloaders, datamodule, module)
         if given is None:
-            raise ValueError(f"No training data: pass fit(model, train_dataloaders=...), datamodule=..., or define "
-                             f"{name}.train_dataloader().")
+            raise no_data("train", "fit", module)
         combined = training_combination(given)
-        if not sanity_first:
-            val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
+        if not sanity_first:  # Lightning asks at the first validation: the hook reads that validation's epoch
+            with epoch_shown(self.state, first_validating_epoch(config.check_val_every_n_epoch)):
+                val, self.shapes["val"] = self._request_val(config, val_dataloaders, datamodule, module)
         val = check_val_loop(val, val_dataloaders, datamodule, module)
         if combined is None:
             self._set_train_loader(config, check_loaders("train", given))
@@ -215,8 +220,11 @@ class RunPlan:
         """The module the prepared model steps (``None`` before a set-up)."""
         return None if self._model_for is None else self._model_for[0]
 
-    def _prepare_loader(self, loader: DataLoader) -> DataLoader:
+    def _prepare_loader(self, loader: Any) -> Any:
         # With batch-transfer hooks, the hooks move each batch to the device (not the loader).
+        if not isinstance(loader, DataLoader):  # another iterable of batches: read as it is, batches placed
+            placed = self.transfer is None and self.accelerator.device_placement
+            return PlacedBatches(loader, self.accelerator.device) if placed else loader
         return self.accelerator.prepare(loader, device_placement=[False] if self.transfer is not None else None)
 
     @staticmethod
@@ -230,6 +238,7 @@ class RunPlan:
             loader = without_shuffle(loader)
         self.train_source = loader  # as given (not prepared): what a learning-rate search inside fit trains on
         self.first_train_loader = loader
+        self._given["train"] = [loader]
         # seed_everything(..., workers=True): Lightning's per-worker seeding for loaders without their own init.
         self.train_loader = self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index))
         self.prepared.append("train loader")
@@ -246,9 +255,19 @@ class RunPlan:
             combined, lambda loader: self._prepare_loader(attach_worker_init(loader, self.accelerator.process_index)),
             config.overfit_batches, config.limit("train"))
         self.prepared += ["train loader"] * len(combined.flattened)
+        self._given["train"] = self.train_loader.sources
         check_train_mode(combined)  # after the count, which Lightning has set when it refuses the mode
 
-    def _shaped(self, kind: str, loaders: list[DataLoader]) -> Any:
+    def _shown(self, kind: str, prepared: list[Any]) -> list[Any]:
+        """The loaders ``trainer.{kind}_dataloader(s)`` shows: in one process the loaders as given (the user's own
+        objects, as Lightning hands them back there), across processes the prepared ones, which read this process's
+        share (Lightning's carry a DistributedSampler then)."""
+        given = self._given.get(kind)
+        one_process = self.accelerator.num_processes == 1
+        return given if one_process and given is not None and len(given) == len(prepared) else prepared
+
+    def _shaped(self, kind: str, loaders: list[Any]) -> Any:
+        loaders = self._shown(kind, loaders) if kind != "predict" else loaders
         shape = self.shapes.get(kind)
         if shape is None or not loaders:
             return None if shape is None else loaders
@@ -265,12 +284,16 @@ class RunPlan:
 
     @property
     def predict_dataloaders(self) -> Any:
+        """The prepared predict loaders, always (they record the batch indices the prediction writers read;
+        Lightning's are rebuilt for that in every run too)."""
         return self._shaped("predict", self.predict_loaders)
 
     @property
     def train_dataloader(self) -> Any:
-        """``trainer.train_dataloader``: the prepared loader, or the combined collection of prepared loaders."""
-        return self.combined.iterables if self.combined is not None else self.train_loader
+        """``trainer.train_dataloader``: the loader, or the combined collection of loaders (see ``_shown``)."""
+        if self.combined is not None:
+            return unflatten(self._shown("train", list(self.combined.flattened)), self.combined.shape)
+        return None if self.train_loader is None else self._shown("train", [self.train_loader])[0]
 
     @staticmethod
     def _optimizers_of(module: TrainModule, manual: bool) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
@@ -289,6 +312,7 @@ class RunPlan:
         return optimizers, configs
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
+        self._given["val"] = list(val)
         self.val_loaders = [self._prepare_loader(loader) for loader in val]
         self.prepared += ["val loader"] * len(val)
         self.num_val_batches = [limit_batches(loader_length(v), config.limit("val"), "limit_val_batches")
@@ -327,8 +351,7 @@ class RunPlan:
         self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
         loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module, kind)
         if not loaders:
-            raise ValueError(f"No {source} data: pass trainer.{kind}(model, dataloaders=...), datamodule=..., or "
-                             f"define {type(module).__name__}.{source}_dataloader().")
+            raise no_data(source, kind, module)
         self.prepare_model(module, training=False, precision=config.resolved_precision)
         if kind == "validate":
             self._set_val_loaders(config, loaders)
@@ -336,6 +359,7 @@ class RunPlan:
         limit = config.limit(kind)  # "test" or "predict"
         prepared = [self._prepare_loader(loader) for loader in loaders]
         self.prepared += [f"{kind} loader"] * len(loaders)
+        self._given[kind] = list(loaders)
         counts = [limit_batches(loader_length(p), limit, f"limit_{kind}_batches") for p in prepared]
         if kind == "test":
             self.test_loaders, self.num_test_batches = prepared, counts
@@ -516,6 +540,7 @@ class RunPlan:
             if epoch != self._held[0] and (epoch < state.epoch or state.batch_in_epoch > 0):
                 with isolate_rng():
                     self._rebuild_train(state, epoch, carry=True)
+        warn_unresumable(self._train_loaders(), state.batch_in_epoch)
         loader, count = self.train_loader, self.num_training_batches
         if isinstance(loader, CombinedTrainData):
             loader.line_up(state.batch_in_epoch, count)

@@ -69,13 +69,30 @@ class ReloadSchedule:
         once, at set-up, where Lightning asks at that validation)."""
         if self.sanity:
             return 0.0 if self.validates(0) else -math.inf
-        return self.val_epoch(0 if self.check_every is None else self.check_every - 1)
+        return self.val_epoch(first_validating_epoch(self.check_every))
+
+
+def first_validating_epoch(check_every: int | None) -> int:
+    """The first epoch that validates under ``check_val_every_n_epoch=check_every`` (None: every epoch).
+
+    Without a sanity check, Lightning asks for the validation loaders at that epoch's validation (and
+    ``reload_dataloaders_every_n_epochs`` counts from there); Ember asks at set-up, showing that epoch.
+
+    Example:
+        >>> first_validating_epoch(None), first_validating_epoch(1), first_validating_epoch(3)
+        (0, 0, 2)
+    """
+    return 0 if check_every is None else check_every - 1
 
 
 @contextlib.contextmanager
-def epoch_shown(state: TrainState, epoch: int) -> Iterator[None]:
+def epoch_shown(state: TrainState | None, epoch: int) -> Iterator[None]:
     """``trainer.current_epoch`` reads ``epoch`` inside the block: a resumed run asks for the loaders of an earlier
-    epoch as the uninterrupted run asked for them then (a curriculum reads the epoch in ``train_dataloader``)."""
+    epoch as the uninterrupted run asked for them then (a curriculum reads the epoch in ``train_dataloader``), and
+    the validation loaders asked for at set-up see the epoch of the first validation, which they serve."""
+    if state is None:
+        yield
+        return
     current = state.epoch
     state.epoch = epoch
     try:
