@@ -39,3 +39,15 @@ def test_wrapped_hooks_run_where_lightning_runs_them() -> None:
     _wrap_all(callback, ["on_fit_start", "skipped_hooks"], called, prefix="Callback.")
     Trainer(**{**QUIET, "max_steps": 1, "callbacks": [callback]}).fit(Regressor(), datamodule=datamodule)
     assert sorted(called) == ["Callback.on_fit_start", "setup(stage=)", "teardown(stage=)", "train_dataloader"]
+
+
+def test_a_lambda_callback_can_declare_skipped_hooks() -> None:
+    from callbacks import LambdaCallback
+
+    calls: list[str] = []
+    callback = LambdaCallback(on_train_batch_end=lambda *args: calls.append("batch"),
+                              on_fit_end=lambda *args: calls.append("end"),
+                              skipped_hooks=lambda: {"on_train_batch_end"})
+    Trainer(**{**QUIET, "max_steps": 2, "callbacks": [callback]}).fit(Regressor(), data(8, 4))
+    assert calls == ["end"]
+    LambdaCallback(skipped_hooks=lambda: None)  # None: nothing skipped

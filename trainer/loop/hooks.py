@@ -49,8 +49,8 @@ class HookTable:
         # Every overrider of each hook in calling order (callbacks, then the module), each taking the hook's own
         # arguments: the per-step hooks loop over these tuples directly, which costs nothing when one is empty.
         self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
-        # skipped_hooks is the callback class's declaration (an instance wrapper of it is not a new one).
-        skipped = [cb.skipped_hooks() if getattr(type(cb), "skipped_hooks", None) is not Callback.skipped_hooks
+        # Asked only of callbacks that declare it (a recording wrapper of the base method is no declaration).
+        skipped = [frozenset(cb.skipped_hooks() or ()) if overrides_unwrapped(cb, Callback, "skipped_hooks")
                    else frozenset() for cb in callbacks]
         # The callback behind each hook (a hook may be a plain function set on the instance: LambdaCallback).
         self._owners: dict[str, tuple[Callback, ...]] = {}
@@ -90,6 +90,16 @@ class HookTable:
     def has(self, name: str) -> bool:
         """Whether anything overrides ``name``."""
         return bool(self._callbacks[name]) or self._module[name] is not None
+
+
+def overrides_unwrapped(obj: Any, base: type, name: str) -> bool:
+    """``overrides``, except that an instance wrapper of the object's own method (``functools.wraps`` /
+    ``update_wrapper``: a recording or timing wrapper) counts only if that method does, as Lightning's
+    ``is_overridden`` reads it."""
+    wrapped = getattr(getattr(obj, "__dict__", {}).get(name), "__wrapped__", None)
+    if wrapped is not None and getattr(wrapped, "__self__", None) is obj:
+        return getattr(type(obj), name, None) is not getattr(base, name, None)
+    return overrides(obj, base, name)
 
 
 def overrides(obj: Any, base: type, name: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from trainer.data_hooks import DataHooks
-from trainer.loop.hooks import overrides
+from trainer.loop.hooks import overrides_unwrapped
 
 HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 Transfer = Callable[[Any, int], Any]
@@ -26,7 +26,9 @@ def batch_transfer(module: Any, datamodule: Any, device: torch.device) -> Transf
     owners = [datamodule, module] if datamodule is not None else [module]
     chosen = {}
     for hook in HOOKS:
-        owner = next((o for o in owners if isinstance(o, DataHooks) and _overridden(o, hook)), None)
+        # A recording wrapper of the object's own hook does not count (Lightning's hook selection).
+        owner = next((o for o in owners if isinstance(o, DataHooks) and overrides_unwrapped(o, DataHooks, hook)),
+                     None)
         chosen[hook] = owner
     if all(owner is None for owner in chosen.values()):
         return None
@@ -40,15 +42,6 @@ def batch_transfer(module: Any, datamodule: Any, device: torch.device) -> Transf
         return after(batch, dataloader_idx)
 
     return transfer
-
-
-def _overridden(owner: Any, hook: str) -> bool:
-    """Whether ``owner`` overrides ``hook``; an instance wrapper of its own method (``functools.wraps``: a
-    recording or timing wrapper) counts only if the wrapped method does, as Lightning's hook selection reads it."""
-    wrapped = getattr(owner.__dict__.get(hook), "__wrapped__", None)
-    if wrapped is not None and getattr(wrapped, "__self__", None) is owner:
-        return getattr(type(owner), hook, None) is not getattr(DataHooks, hook)
-    return overrides(owner, DataHooks, hook)
 
 
 def transferred(numbered: Iterator[tuple[int, Any]], transfer: Transfer | None,
