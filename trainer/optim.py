@@ -54,6 +54,28 @@ def _stateful(obj: Any) -> bool:
     return all(callable(getattr(obj, name, None)) for name in ("state_dict", "load_state_dict"))
 
 
+def check_one_optimizer(module: Any, optimizers: list[torch.optim.Optimizer], manual: bool) -> None:
+    """Lightning's rule: several optimizers (or a ``training_step`` still taking ``optimizer_idx``, Lightning 1.x's
+    way to use them) need manual optimisation.
+
+    Raises:
+        RuntimeError: Lightning's type and sentence, then the count and the fix.
+    """
+    import inspect
+
+    name = type(module).__name__
+    if "optimizer_idx" in inspect.signature(module.training_step).parameters:
+        raise RuntimeError(f"Training with multiple optimizers is only supported with manual optimization. Remove "
+                           f"the `optimizer_idx` argument from `training_step` ({name}.training_step takes it), set "
+                           "`self.automatic_optimization = False` and access your optimizers in `training_step` "
+                           "with `opt1, opt2, ... = self.optimizers()`.")
+    if not manual and len(optimizers) > 1:
+        raise RuntimeError(f"Training with multiple optimizers is only supported with manual optimization: "
+                           f"{name}.configure_optimizers returned {len(optimizers)} optimizers and automatic "
+                           "optimisation steps exactly one. Set `self.automatic_optimization = False` in __init__ and "
+                           "step them in training_step (opt1, opt2 = self.optimizers()).")
+
+
 def check_custom_schedulers(configs: list[SchedulerConfig], manual: bool, custom_step: bool, owner: str) -> None:
     """Lightning's rule for a scheduler that is not torch's: under automatic optimisation the trainer steps it, so
     the module must say how (``lr_scheduler_step``); under manual optimisation the module steps it itself.

@@ -107,3 +107,27 @@ def test_a_scheduler_without_state_methods_is_refused() -> None:
 
     with pytest.raises(TypeError, match="should have `state_dict` and `load_state_dict` methods defined"):
         Trainer(**{**QUIET, "max_epochs": 1}).fit(Model(), data(4, 4))
+
+
+def test_several_optimizers_or_an_optimizer_idx_need_manual_optimisation() -> None:
+    class WithIndex(Manual):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = True
+
+        def training_step(self, batch: Any, batch_idx: int, optimizer_idx: int = 0) -> Any:
+            return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+    with pytest.raises(RuntimeError, match="Remove the `optimizer_idx` argument from `training_step`"):
+        Trainer(**{**QUIET, "max_steps": 1}).fit(WithIndex(), data(4, 4))
+
+    class Two(WithIndex):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:  # type: ignore[override]
+            return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.1)
+
+    with pytest.raises(RuntimeError, match="only supported with manual optimization: Two.configure_optimizers "
+                                           "returned 2 optimizers"):
+        Trainer(**{**QUIET, "max_steps": 1}).fit(Two(), data(4, 4))

@@ -48,6 +48,7 @@ from trainer.optim import (
     NoOptimizer,
     SchedulerConfig,
     check_custom_schedulers,
+    check_one_optimizer,
     parse_optimizers,
 )
 from trainer.state import TrainState
@@ -305,10 +306,7 @@ class RunPlan:
                           f"optimizer: {type(module).__name__}'s steps run forward, backward and the hooks, and no "
                           "weight changes. Return an optimizer to train.", UserWarning, stacklevel=5)
             optimizers = [NoOptimizer()]
-        if not manual and len(optimizers) != 1:
-            raise ValueError(f"{type(module).__name__}.configure_optimizers returned {len(optimizers)} optimizers; "
-                             "automatic optimisation uses exactly one. For several (e.g. a GAN) set "
-                             "`self.automatic_optimization = False` and step them in training_step.")
+        check_one_optimizer(module, optimizers, manual)
         return optimizers, configs
 
     def _set_val_loaders(self, config: TrainerConfig, val: list[DataLoader]) -> None:
