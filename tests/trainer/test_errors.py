@@ -131,7 +131,7 @@ def test_bad_data_and_modules() -> None:
         Trainer(**QUIET, max_epochs=1).fit(Regressor())
     with pytest.raises(NotImplementedError, match="needs TrainModule.test_step"):
         Trainer(**QUIET).test(TrainModule(), data())
-    with pytest.raises(FileNotFoundError, match="ckpt_path='no/such/run'\\): no such checkpoint folder"):
+    with pytest.raises(FileNotFoundError, match="ckpt_path='no/such/run'\\): Checkpoint file not found"):
         Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="no/such/run")
 
 

@@ -154,7 +154,7 @@ def test_last_without_a_checkpoint_starts_fresh_and_says_so(tmp_path: Any) -> No
 def test_a_missing_checkpoint_fails_before_anything_runs(tmp_path: Any) -> None:
     events: list[str] = []
     trainer = _trainer(callbacks=[Recorder(events)])
-    with pytest.raises(FileNotFoundError, match=r"fit\(ckpt_path='.*nope'\): no such checkpoint folder .* 'last'"):
+    with pytest.raises(FileNotFoundError, match=r"fit\(ckpt_path='.*nope'\): Checkpoint file not found: .* 'last'"):
         trainer.fit(Regressor(), data(), ckpt_path=str(tmp_path / "nope"))
     os.makedirs(tmp_path / "half")  # a folder without a manifest: an interrupted save
     with pytest.raises(ValueError, match="is not a committed checkpoint"):

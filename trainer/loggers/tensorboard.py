@@ -98,7 +98,7 @@ class TensorBoardLogger(VersionedLogger):
 class LightningTensorBoardTracker(TensorBoardTracker):
     """The tracker of a ``TensorBoardLogger``: the configuration in the version folder's ``hparams.yaml``
     (Lightning's file, read back by ``load_from_checkpoint(hparams_file=...)``); a run that logged none still gets
-    one (``{}``) when it ends well, as Lightning's logger writes it at ``finalize("success")``."""
+    one (``{}``) when it ends well: the Trainer calls the logger's ``save()`` then, as Lightning does."""
 
     NAME_HPARAMS_FILE = "hparams.yaml"
 
@@ -115,14 +115,6 @@ class LightningTensorBoardTracker(TensorBoardTracker):
         path = os.path.join(self.log_dir, self.NAME_HPARAMS_FILE)
         if os.path.isdir(self.log_dir) and not os.path.isfile(path):
             save_hparams_to_yaml(path, self.logged_hparams)
-
-    # The Trainer tells it where each run starts and ends (trainer.loggers.adapter.RunListener).
-    def run_started(self, module: torch.nn.Module, hparams: dict[str, Any] | None) -> None:
-        """Nothing to do: the configuration comes through ``store_init_configuration``."""
-
-    def run_ended(self, status: str) -> None:
-        if status == "success":
-            self.save_hparams_file()
 
 
 class HpMetricTracker(LightningTensorBoardTracker):

@@ -81,10 +81,14 @@ class TrackerLink:
 
     def run_ended(self, status: str) -> None:
         """Lightning's ``finalize(status)`` to the listening trackers at the end of every run (``"success"`` or
-        ``"failed"``), on the main process; Ember's own trackers stay open for the next run."""
+        ``"failed"``), on the main process; Ember's own trackers stay open for the next run, and the given built-in
+        loggers get Lightning's ``save()`` after a run that ended well (TensorBoard's writes ``hparams.yaml``)."""
         if self.accelerator.is_main_process and not self.finished:
             for tracker in self.listeners:
                 tracker.run_ended(status)
+            if status == "success" and self.enabled:
+                for logger in self.direct_loggers:
+                    logger.save()
 
     def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False) -> None:
         """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running.
