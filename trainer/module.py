@@ -396,7 +396,8 @@ class TrainModule(DataHooks, HyperparametersMixin, torch.nn.Module):
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Called before each optimizer step with the trainer's clipping settings; override to customise (without
         an override the trainer clips by itself, with the same result)."""
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,  # by name, as Lightning calls it
+                            gradient_clip_algorithm=gradient_clip_algorithm)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer,
                        optimizer_closure: Any = None) -> None:

@@ -378,11 +378,11 @@ class Trainer:
         for hook in hooks.overriders["on_before_optimizer_step"]:
             hook(optimizer)
         # Lightning's 16-mixed does not step the grad scaler after a skipped backward (the step still counts).
-        if loss is None and getattr(optimizer, "scaler", None) is not None:
-            pass
-        elif plan.custom_clipping:
-            module.configure_gradient_clipping(optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
-        elif plan.clip:
+        unscaled = loss is None and getattr(optimizer, "scaler", None) is not None
+        if plan.custom_clipping and not unscaled:
+            module.configure_gradient_clipping(optimizer, gradient_clip_val=config.gradient_clip_val,
+                                               gradient_clip_algorithm=config.gradient_clip_algorithm)
+        elif plan.clip and not unscaled:
             clip_gradients(self.accelerator, optimizer, config.gradient_clip_val, config.gradient_clip_algorithm)
         # The module's optimizer_step / optimizer_zero_grad are only called when overridden (a call saved per step).
         if plan.custom_optimizer_step:

@@ -90,7 +90,7 @@ class MemoryTracker(GeneralTracker):
 
 
 def _recorder(name: str) -> Any:
-    def hook(self: Any, *args: Any) -> None:
+    def hook(self: Any, *args: Any, **kwargs: Any) -> None:  # setup / teardown get stage= (Lightning's call)
         self.events.append(name)
 
     hook.__name__ = name
@@ -109,7 +109,7 @@ def module_recording(base: type[TrainModule], events: list[str], hooks: tuple[st
     """An instance of a subclass of ``base`` whose ``hooks`` append ``"module:<hook>"`` to ``events``."""
 
     def make(name: str) -> Any:
-        def hook(self: Any, *args: Any) -> None:
+        def hook(self: Any, *args: Any, **kwargs: Any) -> None:
             events.append(f"module:{name}")
 
         return hook

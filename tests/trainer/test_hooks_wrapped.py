@@ -51,3 +51,42 @@ def test_a_lambda_callback_can_declare_skipped_hooks() -> None:
     Trainer(**{**QUIET, "max_steps": 2, "callbacks": [callback]}).fit(Regressor(), data(8, 4))
     assert calls == ["end"]
     LambdaCallback(skipped_hooks=lambda: None)  # None: nothing skipped
+
+
+def test_lightnings_order_around_evaluation_and_saving_and_clipping_by_name(tmp_path: Any) -> None:
+    # Recorded from Lightning 2.6.6 (tests_pytorch/models/test_hooks.py's HookedModel): predict configures the
+    # model and clears its gradients before asking for the loader; a save asks the callbacks' state_dict before
+    # their on_save_checkpoint; configure_gradient_clipping gets the settings by name.
+    events: list[str] = []
+
+    class Model(Regressor):
+        def configure_model(self) -> None:
+            events.append("configure_model")
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            events.append("zero_grad")
+            super().zero_grad(set_to_none)
+
+        def predict_dataloader(self) -> Any:
+            events.append("predict_dataloader")
+            return data(8, 4)
+
+        def configure_gradient_clipping(self, optimizer: Any, **settings: Any) -> None:
+            events.append(f"clip{sorted(settings)}")
+
+    class Saving(Callback):
+        def state_dict(self) -> dict[str, Any]:
+            events.append("state_dict")
+            return {}
+
+        def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            events.append("on_save_checkpoint")
+
+    Trainer(**QUIET).predict(Model())
+    assert events == ["configure_model", "zero_grad", "predict_dataloader"]
+    events.clear()
+    trainer = Trainer(**{**QUIET, "max_steps": 1, "callbacks": [Saving()], "gradient_clip_val": 1.0})
+    trainer.fit(Model(), data(4, 4))
+    trainer.save_checkpoint(tmp_path / "c.ckpt")
+    assert events[-3:] == ["clip['gradient_clip_algorithm', 'gradient_clip_val']", "state_dict",
+                           "on_save_checkpoint"]

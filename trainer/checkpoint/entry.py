@@ -80,6 +80,7 @@ class TrainerEntry:
     def state_dict(self) -> dict[str, Any]:
         """The entry of a checkpoint taken now; runs the ``on_save_checkpoint`` hooks (callbacks, then module)."""
         extra: dict[str, Any] = {"epoch": self.state.epoch, "global_step": self.state.global_step}
+        trainer_state = self.trainer_state()  # the callbacks' state_dict before their on_save_checkpoint: Lightning's order
         views = self._lightning_views()
         extra.update(views)
         self._call_hooks("on_save_checkpoint", extra)
@@ -92,7 +93,7 @@ class TrainerEntry:
         # What load_from_checkpoint rebuilds the module and data module from (non-plain values sealed).
         hparams = self._hparams()
         payload = {"format": FORMAT, "version": VERSION, "run": identity_of(self.run_id, self.attached.module, self.job),
-                   "trainer": self.trainer_state(),
+                   "trainer": trainer_state,
                    "trackers": self.trackers.state_dict(), "checkpoint": extra, "callback_metrics": metrics,
                    "prepared": list(self.prepared), "hyper_parameters": hparams}
         check_plain(payload, "checkpoint")

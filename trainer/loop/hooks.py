@@ -69,12 +69,13 @@ class HookTable:
             module_hook = self._module[name]
             self.overriders[name] = self._callbacks[name] + ((module_hook,) if module_hook else ())
 
-    def call(self, name: str, *args: Any) -> Any:
-        """Callbacks, then the module; returns what the module's hook returned (``None`` if not overridden)."""
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Callbacks, then the module; returns what the module's hook returned (``None`` if not overridden).
+        ``kwargs``: arguments Lightning passes by name (``setup(stage=...)``, ``teardown(stage=...)``)."""
         for hook in self._callbacks[name]:
-            hook(*args)
+            hook(*args, **kwargs)
         module_hook = self._module[name]
-        return None if module_hook is None else module_hook(*args)
+        return None if module_hook is None else module_hook(*args, **kwargs)
 
     def call_module(self, name: str, *args: Any) -> Any:
         module_hook = self._module[name]

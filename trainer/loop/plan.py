@@ -347,10 +347,12 @@ class RunPlan:
                                         "batch_idx).")
         source = _SOURCE_OF[kind]
         self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
+        # Lightning's order: the model is configured, its gradients cleared, then the loaders are asked for.
+        self.prepare_model(module, training=False, precision=config.resolved_precision)
+        module.zero_grad()
         loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module, kind)
         if not loaders:
             raise no_data(source, kind, module)
-        self.prepare_model(module, training=False, precision=config.resolved_precision)
         if kind == "validate":
             self._set_val_loaders(config, loaders)
             return self.val_loaders, self.num_val_batches

@@ -125,11 +125,11 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
         accelerator.wait_for_everyone()
         if datamodule is not None:
             datamodule.setup(stage=stage)
-        hooks.call("setup", stage)
+        hooks.call("setup", stage=stage)
         yield
         if datamodule is not None:
             datamodule.teardown(stage=stage)
-        hooks.call("teardown", stage)
+        hooks.call("teardown", stage=stage)
         trackers.run_ended("success")  # Lightning finalizes its loggers after each run's teardown
     except BaseException as error:
         # torchrun's agent SIGTERMs the surviving ranks as soon as one dies; held until this rank has said where

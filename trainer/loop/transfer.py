@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from trainer.data_hooks import DataHooks
-from trainer.loop.hooks import overrides_unwrapped
+from trainer.loop.hooks import overrides, overrides_unwrapped
 
 HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 Transfer = Callable[[Any, int], Any]
@@ -26,9 +26,11 @@ def batch_transfer(module: Any, datamodule: Any, device: torch.device) -> Transf
     owners = [datamodule, module] if datamodule is not None else [module]
     chosen = {}
     for hook in HOOKS:
-        # A recording wrapper of the object's own hook does not count (Lightning's hook selection).
-        owner = next((o for o in owners if isinstance(o, DataHooks) and overrides_unwrapped(o, DataHooks, hook)),
-                     None)
+        # Lightning takes the data module's hook only where it overrides it (a recording wrapper of its own hook
+        # does not count), and the module's always; Ember runs them only if one is the user's (any instance value
+        # of the module's counts, a wrapper included: Lightning would call it).
+        owner = next((o for o in owners if isinstance(o, DataHooks) and (
+            overrides(o, DataHooks, hook) if o is module else overrides_unwrapped(o, DataHooks, hook))), None)
         chosen[hook] = owner
     if all(owner is None for owner in chosen.values()):
         return None
