@@ -173,7 +173,7 @@ class ModelCheckpoint(Callback):
 
     @property
     def state_key(self) -> str:
-        return (f"ModelCheckpoint{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}, 'every_n_train_steps': "
+        return (f"{type(self).__qualname__}{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}, 'every_n_train_steps': "
                 f"{self._every_n_train_steps}, 'every_n_epochs': {self._every_n_epochs}, 'train_time_interval': "
                 f"{self._train_time_interval}}}")
 

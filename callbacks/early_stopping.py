@@ -104,7 +104,8 @@ class EarlyStopping(Callback):
 
     @property
     def state_key(self) -> str:
-        return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
+        # The class's own name, as Lightning's (a subclass saves under its name).
+        return f"{type(self).__qualname__}{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
 
     def setup(self, trainer: TrainerView, pl_module: torch.nn.Module, stage: str) -> None:
         self._fitting = stage == "fit" and not trainer.fast_dev_run  # as Lightning: no checks in fast_dev_run

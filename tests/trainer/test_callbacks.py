@@ -154,3 +154,18 @@ def test_lambda_callback_runs_the_given_functions_as_hooks() -> None:
                     ("on_validation_end", 1), ("on_train_epoch_end", 1)]
     with pytest.raises(TypeError, match=r"LambdaCallback\(on_fit_begin=...\) is not a callback hook: .*on_fit_end"):
         LambdaCallback(on_fit_begin=print)
+
+
+def test_a_subclass_saves_under_its_own_name_and_reads_the_base_name_of_older_checkpoints() -> None:
+    from callbacks import EarlyStopping
+    from trainer.checkpoint.entry import saved_key
+
+    class Patient(EarlyStopping):
+        pass
+
+    callback = Patient(monitor="loss")
+    # Lightning 2.6.6's key: the class's own qualified name, then the arguments.
+    assert callback.state_key == f"{Patient.__qualname__}{{'monitor': 'loss', 'mode': 'min'}}"
+    legacy = {"EarlyStopping{'monitor': 'loss', 'mode': 'min'}": {}}
+    assert saved_key(callback, legacy) == "EarlyStopping{'monitor': 'loss', 'mode': 'min'}"
+    assert saved_key(callback, {}) is None

@@ -255,3 +255,15 @@ def test_resume_restores_metrics_for_plateau_schedulers(tmp_path: Any) -> None:
     again = _trainer(max_epochs=2, accumulate_grad_batches=1, val_check_interval=4)
     again.fit(Plateau(), loader, data(n=8), ckpt_path=path)  # steps 5-7 come before its first validation
     assert again.global_step == 8
+
+
+def test_a_checkpoint_past_a_lowered_max_epochs_is_lightnings_error(tmp_path: Any) -> None:
+    from callbacks.exceptions import MisconfigurationException
+
+    trainer = Trainer(**{**QUIET, "max_epochs": 3, "project_dir": str(tmp_path)})
+    trainer.fit(Regressor(), data(8, 4))
+    trainer.save_checkpoint(tmp_path / "done.ckpt")
+    again = Trainer(**{**QUIET, "max_epochs": 1, "project_dir": str(tmp_path)})
+    with pytest.raises(MisconfigurationException, match=r"You restored a checkpoint with current_epoch=3, but you "
+                                                        r"have set Trainer\(max_epochs=1\)\. Set max_epochs above 3"):
+        again.fit(Regressor(), data(8, 4), ckpt_path=str(tmp_path / "done.ckpt"))

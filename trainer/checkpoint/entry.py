@@ -151,14 +151,17 @@ class TrainerEntry:
     def load_trainer_state(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``trainer_state`` returned (callbacks matched by ``state_key``)."""
         self.state.load_state_dict(state_dict["state"])
-        missing = state_dict["callbacks"].keys() - {callback.state_key for callback in self.attached.callbacks}
+        saved = state_dict["callbacks"]
+        keys = {id(callback): saved_key(callback, saved) for callback in self.attached.callbacks}
+        missing = saved.keys() - set(keys.values())
         if missing:  # their state is not restored: say so, in Lightning's words
             rank_zero_warn("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be "
                            f"provided during `Trainer` instantiation. Please add the following callbacks: "
                            f"{sorted(missing)}.")
         for callback in self.attached.callbacks:
-            if callback.state_key in state_dict["callbacks"]:
-                callback.load_state_dict(state_dict["callbacks"][callback.state_key])
+            key = keys[id(callback)]
+            if key is not None:
+                callback.load_state_dict(saved[key])
         if self.attached.datamodule is not None and state_dict.get("datamodule"):
             self.attached.datamodule.load_state_dict(state_dict["datamodule"])
 
@@ -177,3 +180,19 @@ def _module_saves(module: Any) -> bool:
     from trainer.module import TrainModule  # trainer.module imports the checkpoint package: import here
 
     return not isinstance(module, TrainModule) or overrides(module, TrainModule, "on_save_checkpoint")
+
+
+def saved_key(callback: Callback, saved: dict[str, Any]) -> str | None:
+    """The key ``callback``'s state is under in ``saved``: its ``state_key``; for a subclass of a callback whose key
+    starts with its class name, also the key a checkpoint written before keys named the subclass holds (the base
+    class's name, e.g. ``EarlyStopping{...}`` for a subclass of ``EarlyStopping``); None if neither is there."""
+    key = callback.state_key
+    if key in saved:
+        return key
+    own = type(callback).__qualname__
+    if key.startswith(own):
+        for base in type(callback).__mro__[1:]:
+            legacy = base.__qualname__ + key[len(own):]
+            if legacy in saved:
+                return legacy
+    return None

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import torch
 
+from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from trainer.config import TrainerConfig
 from trainer.loop.signals import Preempted, PreemptionHandler, resume_hint
@@ -106,6 +107,12 @@ class StopController:
         name, state = self.reached(config), self.state
         if name is None:
             return
+        if name == "max_epochs" and config.max_epochs is not None and state.epoch > config.max_epochs:
+            # Past the limit, not at it: the limit was lowered (Lightning's error and words, then the fix).
+            raise MisconfigurationException(
+                f"You restored a checkpoint with current_epoch={state.epoch}, but you have set Trainer(max_epochs="
+                f"{config.max_epochs}). Set max_epochs above {state.epoch} to train further, or resume from an "
+                "earlier checkpoint.")
         where = {"max_steps": f"at step {state.global_step}", "max_epochs": f"at epoch {state.epoch}",
                  "max_time": f"after {state.time_elapsed:.1f} s of training"}[name]
         value = f"{config.max_time:g} s" if name == "max_time" else getattr(config, name)
