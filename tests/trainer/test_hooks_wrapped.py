@@ -90,3 +90,13 @@ def test_lightnings_order_around_evaluation_and_saving_and_clipping_by_name(tmp_
     trainer.save_checkpoint(tmp_path / "c.ckpt")
     assert events[-3:] == ["clip['gradient_clip_algorithm', 'gradient_clip_val']", "state_dict",
                            "on_save_checkpoint"]
+
+
+def test_a_mock_callback_gets_every_callback_hook_as_in_lightning() -> None:
+    from unittest import mock
+
+    callback = mock.Mock(spec=Callback)
+    Trainer(**{**QUIET, "max_steps": 1, "callbacks": [callback]}).fit(Regressor(), data(4, 4))
+    called = {c[0] for c in callback.method_calls}
+    assert {"setup", "on_fit_start", "on_train_batch_end", "on_fit_end", "teardown"} <= called
+    assert "skipped_hooks" not in called  # a Mock declares nothing
