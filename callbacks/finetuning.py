@@ -50,7 +50,7 @@ class BaseFinetuning(Callback):
     """
 
     def __init__(self) -> None:
-        # Per optimizer, the parameter names of each group this callback added (saved in checkpoints).
+        # Per optimizer, each parameter group (settings, parameters by name), as Lightning's (in checkpoints).
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
 
     # -- what subclasses override ------------------------------------------------------------------------------
@@ -74,10 +74,16 @@ class BaseFinetuning(Callback):
             optimizer = getattr(optimizer, "optimizer", optimizer)  # the user's optimizer, not the engine's wrapper
             before = len(optimizer.param_groups)
             self.finetune_function(pl_module, trainer.current_epoch, optimizer)
-            added = [{"lr": g["lr"], "params": [names.get(id(p), "") for p in g["params"]]}
-                     for g in optimizer.param_groups[before:]]
-            if added:
-                self._internal_optimizer_metadata.setdefault(index, []).extend(added)
+            # Lightning's record: every group (its settings, parameters by name) the first time, then the groups
+            # added since.
+            known = self._internal_optimizer_metadata.get(index)
+            groups = optimizer.param_groups if known is None else optimizer.param_groups[before:]
+            named = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names.get(id(p), "") for p in
+                                                                                g["params"]]} for g in groups]
+            if known is None:
+                self._internal_optimizer_metadata[index] = named
+            else:
+                known.extend(named)
 
     def state_dict(self) -> dict[str, Any]:
         return {"internal_optimizer_metadata": self._internal_optimizer_metadata}

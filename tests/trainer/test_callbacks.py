@@ -169,3 +169,34 @@ def test_a_subclass_saves_under_its_own_name_and_reads_the_base_name_of_older_ch
     legacy = {"EarlyStopping{'monitor': 'loss', 'mode': 'min'}": {}}
     assert saved_key(callback, legacy) == "EarlyStopping{'monitor': 'loss', 'mode': 'min'}"
     assert saved_key(callback, {}) is None
+
+
+def test_base_finetuning_records_every_param_group_as_lightning() -> None:
+    from callbacks import BaseFinetuning
+
+    class Unfreeze(BaseFinetuning):
+        def freeze_before_training(self, pl_module: Any) -> None:
+            self.freeze(pl_module.net)
+
+        def finetune_function(self, pl_module: Any, epoch: int, optimizer: Any) -> None:
+            if epoch == 1:
+                self.unfreeze_and_add_param_group(pl_module.net, optimizer, lr=0.01)
+
+    class Two(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.net(x))
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=0.1)
+
+    callback = Unfreeze()
+    fit(Two(), data(8, 4), callbacks=[callback], max_epochs=2)
+    groups = callback.state_dict()["internal_optimizer_metadata"][0]
+    # Lightning 2.6.6's record: every group's settings with its parameters by name, the added one after.
+    assert [(g["lr"], g["params"]) for g in groups] == [(0.1, ["head.weight", "head.bias"]),
+                                                         (0.01, ["net.weight", "net.bias"])]
+    assert {"momentum", "weight_decay", "nesterov"} <= set(groups[0])
