@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.nn import Module
@@ -52,6 +53,7 @@ class BaseFinetuning(Callback):
     def __init__(self) -> None:
         # Per optimizer, each parameter group (settings, parameters by name), as Lightning's (in checkpoints).
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
+        self._fit_trainer: weakref.ReferenceType[Any] | None = None  # the trainer of the fit in progress
 
     # -- what subclasses override ------------------------------------------------------------------------------
     def freeze_before_training(self, pl_module: Module) -> None:
@@ -66,7 +68,11 @@ class BaseFinetuning(Callback):
     # -- hooks ------------------------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
         if stage == "fit":
+            self._fit_trainer = weakref.ref(trainer)  # a resume's load_state_dict adds the saved groups back
             self.freeze_before_training(pl_module)
+
+    def teardown(self, trainer: TrainerView, pl_module: Module, stage: str) -> None:
+        self._fit_trainer = None
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Module) -> None:
         names = {id(p): n for n, p in pl_module.named_parameters()}
@@ -88,9 +94,26 @@ class BaseFinetuning(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"internal_optimizer_metadata": self._internal_optimizer_metadata}
 
+    # A resume gives this callback its state before the optimizers' states are loaded (Lightning's order,
+    # trainer.checkpoint.early_callbacks): the groups it had added are added back first, so those states fit.
+    restores_before_optimizers: ClassVar[bool] = True
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._internal_optimizer_metadata = {int(k): v for k, v in
                                              state_dict.get("internal_optimizer_metadata", {}).items()}
+        trainer = self._fit_trainer() if self._fit_trainer is not None else None
+        module = getattr(trainer, "lightning_module", None)
+        if trainer is None or module is None:
+            return
+        named = dict(module.named_parameters())
+        for index, optimizer in enumerate(trainer.optimizers):
+            optimizer = getattr(optimizer, "optimizer", optimizer)  # the user's optimizer, not the engine's wrapper
+            saved = self._internal_optimizer_metadata.get(index, [])
+            for group in saved[len(optimizer.param_groups):]:  # the groups added since the optimizer was built
+                params = [named[name] for name in group["params"] if name in named]
+                optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+                for parameter in params:
+                    parameter.requires_grad_(True)  # it trained when the checkpoint was taken
 
     # -- helpers --------------------------------------------------------------------------------------------------
     @staticmethod

@@ -24,6 +24,7 @@ from engine.checkpoint.io import CheckpointError
 from engine.checkpoint.save import describe, first_failure, raise_agreed
 from engine.environment import EngineEnvironment
 from trainer.checkpoint import ckpt_file
+from trainer.checkpoint.early_callbacks import restore_early
 from trainer.checkpoint.entry import TrainerEntry
 from trainer.checkpoint.lightning_format import compose, compose_weights
 from trainer.checkpoint.lightning_import import restore_lightning
@@ -117,7 +118,8 @@ class Checkpointer:
         """Load the checkpoint ``resume`` names for ``fit`` (see ``trainer.checkpoint.resume.restore``); returns
         the folder loaded."""
         return restore(self.accelerator, resume, "fit", module, allow_world_size_change=self.allow_world_size_change,
-                       lightning=self._restore_lightning)
+                       lightning=self._restore_lightning,
+                       before_load=lambda path: restore_early(self.entry.attached.callbacks, path, resume.unpickle))
 
     def _restore_lightning(self, checkpoint: dict[str, Any], path: str) -> None:
         """Resume from a checkpoint Lightning wrote (``trainer.checkpoint.lightning_import``), saying what it lacks."""

@@ -174,7 +174,8 @@ def read_agreed(accelerator: Accelerator, path: str, unpickle: bool) -> dict[str
 
 
 def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module, *,
-            allow_world_size_change: bool = False, lightning: LightningRestore | None = None) -> str:
+            allow_world_size_change: bool = False, lightning: LightningRestore | None = None,
+            before_load: Callable[[str], None] | None = None) -> str:
     """Load the first candidate of ``resume`` that verifies; returns the checkpoint loaded.
 
     A folder is loaded by ``accelerator.load_state``; an Ember ``.ckpt`` file is read and verified on every
@@ -188,6 +189,8 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
     context = f"{entry}(ckpt_path={resume.ckpt_path!r})"
 
     def load(folder: str) -> None:
+        if before_load is not None:  # what must happen before the engine loads this candidate (early callbacks)
+            before_load(folder)
         if os.path.isfile(folder):
             load_file(folder)
             return
