@@ -165,6 +165,7 @@ class ModelCheckpoint(Callback):
         self._requested = False
         self._validated = False  # a validation ran during the current training batch
         self._seen_everything = False  # a validation or an epoch end happened: every metric was logged once
+        self._validation_ran = False  # a validation ran in this fit
         self._monitor_from_validation = False
         self._before_validation: Any = None
         self._last_time = 0.0
@@ -251,7 +252,7 @@ class ModelCheckpoint(Callback):
             # A symbolic link needs a local folder; Lightning refuses a URL (memory://, s3://) here too (its message).
             raise ValueError(f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got "
                              f"`dirpath={self._dirpath_url}`: pass a local dirpath, or save_last=True for full copies.")
-        self._seen_everything = False
+        self._seen_everything = self._validation_ran = False
         self._run_dir = os.path.abspath(trainer.accelerator.project_dir or os.getcwd())
         if self.dirpath is None:
             self.dirpath = trainer.default_checkpoint_dir
@@ -282,7 +283,7 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: TrainerView, pl_module: torch.nn.Module) -> None:
         if not self._fitting(trainer) or trainer.sanity_checking:
             return
-        self._validated = self._seen_everything = True
+        self._validated = self._seen_everything = self._validation_ran = True
         if self.monitor is not None:
             after = trainer.callback_metrics.get(self.monitor)
             self._monitor_from_validation |= after is not None and after is not self._before_validation
@@ -376,10 +377,15 @@ class ModelCheckpoint(Callback):
         if shared[0] is None and not self._seen_everything:
             stale = True  # before the first validation and epoch end, a metric may just not be logged yet
         elif shared[0] is None:
-            raise MisconfigurationException(
-                f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
-                f"metrics: {sorted(metrics)}. HINT: Did you call `log({self.monitor!r}, value)` in the "
-                "`LightningModule`? Or change monitor.")
+            missing = (f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the "
+                       f"returned metrics: {sorted(metrics)}. HINT: Did you call `log({self.monitor!r}, value)` in "
+                       "the `LightningModule`? Or change monitor.")
+            if self._validation_ran:  # every metric was logged by now: the name is wrong (Lightning's rule)
+                raise MisconfigurationException(missing)
+            if "missing" not in self._warned and trainer.is_global_zero:  # no validation yet: Lightning warns
+                self._warned.add("missing")
+                warnings.warn(f"{missing} This checkpoint is not ranked.", UserWarning, stacklevel=2)
+            return None
         if stale:
             if "stale" not in self._warned and trainer.is_global_zero:
                 self._warned.add("stale")

@@ -190,3 +190,11 @@ def test_a_resume_into_another_dirpath_never_deletes_the_earlier_runs_checkpoint
             Regressor(), data(), ckpt_path=str(old / "step=2.ckpt"))
     assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
     assert {"last.ckpt", "step=8.ckpt"} <= set(os.listdir(new))
+
+
+def test_a_monitor_missing_before_any_validation_warns_and_ranks_nothing(tmp_path: Any) -> None:
+    # Lightning 2.6.6: the error only once a validation ran (every metric was logged by then); before, a warning.
+    callback = ModelCheckpoint(dirpath=str(tmp_path), monitor="global_step")
+    with pytest.warns(UserWarning, match=r"monitor='global_step'\)` could not find the monitored key.*not ranked"):
+        Trainer(**QUIET, max_steps=1, callbacks=[callback]).fit(Regressor(), data(n=8))
+    assert callback.best_model_path == ""
