@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -283,13 +282,19 @@ class LightningOptimizer(OptimizerView):
 
 
 
-@functools.cache
+_IMITATING: dict[tuple[type, type], type] = {}  # a cache: one made class per pair, never invalid
+
+
 def _imitating(plain: type, optimizer_class: type) -> type:
     """``Lightning{Name}``: ``plain`` (a ``LightningOptimizer`` class) first, then ``optimizer_class``; one class per
     pair, so instances wrapping the same optimizer class share it. Its ``repr`` is torch's, under this name."""
     if issubclass(plain, optimizer_class):
         return plain
-    return type(f"Lightning{optimizer_class.__name__}", (plain, optimizer_class), {"__module__": plain.__module__})
+    key = (plain, optimizer_class)
+    if key not in _IMITATING:
+        _IMITATING[key] = type(f"Lightning{optimizer_class.__name__}", (plain, optimizer_class),
+                               {"__module__": plain.__module__})
+    return _IMITATING[key]
 
 
 def _innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -300,7 +305,7 @@ def _innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 def _rebuilt(plain: type, fields: dict[str, Any]) -> LightningOptimizer:
-    wrapper = object.__new__(plain)
+    wrapper: LightningOptimizer = object.__new__(plain)
     wrapper.__dict__.update(fields)
     wrapper.__class__ = _imitating(plain, type(_innermost(fields["optimizer"])))
     return wrapper
