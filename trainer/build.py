@@ -17,6 +17,7 @@ from callbacks.exceptions import MisconfigurationException
 from engine import Accelerator
 from trainer.compat.keywords import DEFAULT_PROJECT_DIR, LightningChoices
 from trainer.config import UNSET, TrainerConfig
+from trainer.loop.hooks import overrides
 from trainer.utilities.rank_zero import rank_zero_only
 
 
@@ -83,7 +84,26 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
         result.append(RichModelSummary() if rich else ModelSummary())
     if default_checkpoint is not None:
         result.append(default_checkpoint)
+    check_state_keys(result)
     return checkpoints_last(result)
+
+
+def check_state_keys(callbacks: list[Callback]) -> None:
+    """Refuse, when the Trainer is built, two stateful callbacks (overriding ``state_dict``) with one ``state_key``:
+    a checkpoint would keep only one state. Lightning's error and words, then the fix."""
+    seen: set[str] = set()
+    for callback in callbacks:
+        if overrides(callback, Callback, "state_dict"):
+            if callback.state_key in seen:
+                name = type(callback).__name__
+                raise RuntimeError(
+                    f"Found more than one stateful callback of type `{name}`. In the current configuration, this "
+                    "callback does not support being saved alongside other instances of the same type. Please "
+                    f"consult the documentation of `{name}` regarding valid settings for the callback state to be "
+                    "checkpointable. HINT: The `callback.state_key` must be unique among all callbacks in the "
+                    f"Trainer (both are {callback.state_key!r}): give them different arguments, or override "
+                    "`state_key`.")
+            seen.add(callback.state_key)
 
 
 def checkpoints_last(callbacks: list[Callback]) -> list[Callback]:

@@ -42,8 +42,10 @@ class DataHooks:
         return batch
 
     def _missing(self, method: str, argument: str) -> MisconfigurationError:
-        return MisconfigurationError(f"{type(self).__name__} does not define {method}(): define it, or pass "
-                                     f"{argument}= (or datamodule=) to the trainer.")
+        # Lightning's words first ("`val_dataloader` must be implemented"), which code written for it matches.
+        return MisconfigurationError(f"`{method}` must be implemented to be used with the Trainer: define "
+                                     f"{type(self).__name__}.{method}(), or pass {argument}= (or datamodule=) to "
+                                     "the trainer.")
 
     def train_dataloader(self) -> Any:
         raise self._missing("train_dataloader", "train_dataloaders")

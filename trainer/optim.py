@@ -267,6 +267,13 @@ class LightningOptimizer(OptimizerView):
             raise TypeError(f"LightningOptimizer wraps a torch.optim.Optimizer. Received: {_describe(optimizer)}.")
         self.optimizer = optimizer
         self._module = module
+        # As Lightning: an instance of the user's optimizer class too (`isinstance(opt, torch.optim.Adam)`), named
+        # `LightningAdam`; the class is the innermost one, under the engine's wrapper.
+        self.__class__ = _imitating(type(self), type(_innermost(optimizer)))
+
+    def __reduce__(self) -> Any:
+        # The imitating class is made at run time (no importable name): pickle the plain class and the fields.
+        return _rebuilt, (type(self).__mro__[1], self.__dict__)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return self.optimizer.step() if closure is None else self.optimizer.step(closure)
@@ -295,8 +302,35 @@ class LightningOptimizer(OptimizerView):
         finally:
             self._module.untoggle_optimizer(self)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.optimizer!r})"
+
+
+_IMITATING: dict[tuple[type, type], type] = {}  # a cache: one made class per pair, never invalid
+
+
+def _imitating(plain: type, optimizer_class: type) -> type:
+    """``Lightning{Name}``: ``plain`` (a ``LightningOptimizer`` class) first, then ``optimizer_class``; one class per
+    pair, so instances wrapping the same optimizer class share it. Its ``repr`` is torch's, under this name."""
+    if issubclass(plain, optimizer_class):
+        return plain
+    key = (plain, optimizer_class)
+    if key not in _IMITATING:
+        _IMITATING[key] = type(f"Lightning{optimizer_class.__name__}", (plain, optimizer_class),
+                               {"__module__": plain.__module__})
+    return _IMITATING[key]
+
+
+def _innermost(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The user's optimizer under any wrappers that keep it in ``.optimizer`` (the engine's, a LightningOptimizer)."""
+    while isinstance(optimizer, OptimizerView):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def _rebuilt(plain: type, fields: dict[str, Any]) -> LightningOptimizer:
+    wrapper: LightningOptimizer = object.__new__(plain)
+    wrapper.__dict__.update(fields)
+    wrapper.__class__ = _imitating(plain, type(_innermost(fields["optimizer"])))
+    return wrapper
 
 
 class ManualOptimizer(LightningOptimizer):

@@ -154,7 +154,8 @@ class Trainer:
                                          config.inference_mode)
         self._hooks: HookTable | None = None  # the run's hook table, only while a run is in progress
         self.profiler = resolve_profiler(config.profiler)
-        entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self)
+        entry = TrainerEntry(self.state, self.attached, self.metric_logger, self.plan.prepared, self.trackers, self,
+                             self.profiler)
         self.checkpointer = Checkpointer(acc, entry, self._before_save, self.profiler, *lightning.checkpoint_dirs(acc),
                                          cluster=cluster, window=lambda: self.config.accumulation)
         # The engine's backward (TrainModule.backward's default); no wrapper without a profiler.
@@ -368,8 +369,7 @@ class Trainer:
 
     def _optimizer_step(self, batch_idx: int, loss: torch.Tensor | None) -> None:
         """Clip, step and count (``loss`` None: the batch's ``training_step`` returned None)."""
-        hooks, plan, state, config = self._hooks, self.plan, self.state, self.config
-        module = self.attached.module
+        hooks, plan, state, config, module = self._hooks, self.plan, self.state, self.config, self.attached.module
         assert hooks is not None and module is not None
         optimizer = plan.optimizers[0]
         if config.on_nonfinite_loss == "skip" and self.loss_check.should_skip():

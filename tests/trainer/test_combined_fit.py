@@ -43,6 +43,9 @@ class Recorder(TrainModule):
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.val_seen.append(dataloader_idx)
 
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        return batch  # no forward: without this, predict is refused before its data is looked at (Lightning's order)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
 import torch
 from torch.utils.data import IterableDataset, TensorDataset
 
+from callbacks.exceptions import MisconfigurationException
 from trainer import DataModule
 
 
@@ -36,3 +38,12 @@ def test_from_datasets_builds_lightnings_loaders_and_summary() -> None:
     assert (with_args.batch_size, with_args.flag) == (2, True)  # batch_size reaches __init__, which takes it
     assert str(with_args) == ("{Train dataloader: None}\n{Validation dataloader: None}\n{Test dataloader: None}\n"
                               "{Predict dataloader: size=NA}")
+
+
+@pytest.mark.parametrize("method", ["val_dataloader", "test_dataloader", "predict_dataloader"])
+def test_a_loader_not_given_raises_lightnings_exception(method: str) -> None:
+    # Lightning raises MisconfigurationException("`val_dataloader` must be implemented ..."); code catches that.
+    dm = DataModule.from_datasets(TensorDataset(torch.arange(6.0)))
+    with pytest.raises(MisconfigurationException, match=f"`{method}` must be implemented to be used with the "
+                                                        f"Trainer: define DataModule.{method}\\(\\), or pass"):
+        getattr(dm, method)()

@@ -74,8 +74,8 @@ def test_module_without_configure_optimizers_fails_before_any_hook() -> None:
             return self.net(batch[0]).sum()
 
     recorder = Recorder()
-    with pytest.raises(NotImplementedError, match="NoOptimizers has no configure_optimizers: add `def "
-                                                  "configure_optimizers"):
+    with pytest.raises(NotImplementedError, match="No `configure_optimizers\\(\\)` method defined. .* add to "
+                                                  "NoOptimizers `def configure_optimizers"):
         Trainer(**QUIET, max_epochs=1, callbacks=[recorder]).fit(NoOptimizers(), data())
     assert recorder.events == []
 
@@ -129,7 +129,8 @@ def test_bad_data_and_modules() -> None:
         Trainer(**QUIET).test(Returns(), "data")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="No training data: pass fit"):
         Trainer(**QUIET, max_epochs=1).fit(Regressor())
-    with pytest.raises(NotImplementedError, match="needs TrainModule.test_step"):
+    with pytest.raises(NotImplementedError, match="No `test_step\\(\\)` method defined to run `Trainer.test`: add to "
+                                                  "TrainModule"):
         Trainer(**QUIET).test(TrainModule(), data())
     with pytest.raises(FileNotFoundError, match="ckpt_path='no/such/run'\\): Checkpoint file not found"):
         Trainer(**QUIET).fit(Regressor(), data(), ckpt_path="no/such/run")
@@ -197,3 +198,50 @@ def test_save_checkpoint_before_any_module_is_an_attribute_error(tmp_path: Any) 
     with pytest.raises(AttributeError, match="only possible if a model is attached to the Trainer.*Call one of them"):
         Trainer(**QUIET).save_checkpoint(tmp_path / "a.ckpt")
     assert not (tmp_path / "a.ckpt").exists()
+
+
+def test_missing_methods_raise_lightnings_misconfiguration_exception() -> None:
+    # Lightning raises MisconfigurationException (and code written for it catches that), opening with its words.
+    class NoStep(Regressor):
+        training_step = None  # type: ignore[assignment]
+
+    with pytest.raises(MisconfigurationException, match=r"No `training_step\(\)` method defined. Lightning `Trainer` "
+                                                        r"expects as minimum .* add to NoStep `def training_step"):
+        fit(NoStep(), max_epochs=1)
+    module = Regressor()
+    module.validation_step = None  # type: ignore[assignment]
+    with pytest.raises(MisconfigurationException, match=r"No `validation_step\(\)` method defined to run "
+                                                        r"`Trainer.validate`"):
+        Trainer(**QUIET).validate(module, data())
+
+
+def test_predict_needs_a_predict_step_or_forward() -> None:
+    module = Regressor()
+    module.predict_step = None  # type: ignore[assignment]
+    with pytest.raises(MisconfigurationException, match=r"`predict_step` cannot be None to run `Trainer.predict`: "
+                                                        r"remove Regressor.predict_step = None"):
+        Trainer(**QUIET).predict(module, data())
+
+    class NoForward(TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(3, 1)
+
+    with pytest.raises(MisconfigurationException, match=r"`Trainer.predict` requires `forward` method to run: "
+                                                        r"NoForward.predict_step is the default"):
+        Trainer(**QUIET).predict(NoForward(), data())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gradient_clip_val": 1.0}, (r"Automatic gradient clipping is not supported for manual optimization \(Manual"
+                                 r".automatic_optimization is False\). Remove `Trainer\(gradient_clip_val=1.0\)`")),
+    ({"accumulate_grad_batches": 2}, (r"Automatic gradient accumulation is not supported for manual optimization"
+                                     r" .*Remove `Trainer\(accumulate_grad_batches=2\)`")),
+])
+def test_manual_optimization_refuses_automatic_clipping_and_accumulation(kwargs: dict[str, Any], message: str) -> None:
+    class Manual(Regressor):
+        automatic_optimization = False
+
+    with pytest.raises(MisconfigurationException, match=message):
+        fit(Manual(), max_epochs=1, **kwargs)
+    fit(Manual(), max_epochs=1, gradient_clip_val=0.0)  # 0 clips nothing: accepted, as in Lightning

@@ -226,10 +226,11 @@ def test_train_state_and_trainer_state_dict_round_trip() -> None:
     fresh.datamodule = Numbers()
     fresh.load_state_dict(saved)
     assert fresh.state == trainer.state and fresh.callbacks[0].count == 6 and fresh.datamodule.counter == 5
-    twins = [Counter(), Counter()]
-    twins[0].count = twins[1].count = 1
-    with pytest.raises(ValueError, match="Two callbacks save state under the key 'Counter'"):
-        Trainer(**QUIET, callbacks=twins).state_dict()
+    # Two stateful callbacks under one state_key: refused when the Trainer is built (Lightning's RuntimeError).
+    with pytest.raises(RuntimeError, match=r"Found more than one stateful callback of type `Counter`.*both are "
+                                           r"'Counter'\): give them different arguments, or override `state_key`"):
+        Trainer(**QUIET, callbacks=[Counter(), Counter()])
+    Trainer(**QUIET, callbacks=[Counter(), Callback(), Callback()])  # stateless ones may share a key
 
 
 def test_estimated_stepping_batches() -> None:

@@ -96,6 +96,20 @@ def test_a_signal_after_training_is_not_swallowed(tmp_path: Any) -> None:
         signal.signal(signal.SIGUSR2, previous)
 
 
+def test_a_handler_installed_before_fit_runs_too_and_the_run_still_saves(tmp_path: Any) -> None:
+    # Lightning composes its handler with one already installed (a user's, an orchestrator's): both run.
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        trainer = _trainer(tmp_path, callbacks=[Signal(at=3)])
+        with pytest.raises(Preempted, match="Preempted by SIGTERM"):
+            trainer.fit(Regressor(), data(n=24))
+        assert received == [signal.SIGTERM]  # once: when it arrived, not again when fit ends
+        assert trainer.received_sigterm and os.listdir(tmp_path / "checkpoints") == ["preempted"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_bad_preemption_arguments() -> None:
     with pytest.raises(ValueError, match=r"preemption_signals=...\) takes signal numbers or names .* 'SIGNOPE'"):
         Trainer(**QUIET, preemption_signals=["SIGNOPE"])

@@ -156,7 +156,7 @@ def test_manual_optimizers_are_lightning_optimizers_with_toggle_model() -> None:
 
         def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
             opt = self.optimizers()[0]
-            assert isinstance(opt, LightningOptimizer)
+            assert isinstance(opt, LightningOptimizer) and isinstance(opt, torch.optim.SGD)  # the user's class
             with opt.toggle_model():  # freezes the other optimizer's parameters (Lightning's toggle_optimizer)
                 self.frozen = self.other.weight.requires_grad
                 x, y = batch
@@ -171,3 +171,21 @@ def test_manual_optimizers_are_lightning_optimizers_with_toggle_model() -> None:
     module = Manual()
     Trainer(**QUIET, max_epochs=1, limit_train_batches=1).fit(module, data())
     assert (module.frozen, module.restored) == (False, True)
+
+
+def test_a_lightning_optimizer_is_an_instance_of_the_users_optimizer_class() -> None:
+    import copy
+    import pickle
+
+    from trainer.core import LightningOptimizer
+
+    adam = torch.optim.Adam(torch.nn.Linear(3, 4).parameters())
+    opt = LightningOptimizer(adam)
+    # As Lightning: a `LightningAdam`, an Adam for isinstance checks, printed as torch prints the Adam.
+    assert isinstance(opt, torch.optim.Adam) and isinstance(opt, LightningOptimizer)
+    assert type(opt).__name__ == "LightningAdam" and str(opt) == "Lightning" + str(adam)
+    assert type(LightningOptimizer(torch.optim.Adam(torch.nn.Linear(1, 1).parameters()))) is type(opt)
+    opt.param_groups[0]["lr"] = 0.5
+    assert adam.param_groups[0]["lr"] == 0.5 and opt.state_dict() == adam.state_dict()
+    for copied in (pickle.loads(pickle.dumps(opt)), copy.deepcopy(opt)):  # the made class is rebuilt, not looked up
+        assert type(copied).__name__ == "LightningAdam" and copied.param_groups[0]["lr"] == 0.5

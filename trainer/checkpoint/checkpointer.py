@@ -30,7 +30,7 @@ from trainer.checkpoint.lightning_format import compose, compose_weights
 from trainer.checkpoint.lightning_import import restore_lightning
 from trainer.checkpoint.resume import Resume, newest, resolve, restore
 from trainer.plugins.environments import ClusterEnvironment
-from trainer.profiling import Profiler, profile
+from trainer.profiling import Profiler, datamodule_hook, profile
 
 
 class Checkpointer:
@@ -128,6 +128,9 @@ class Checkpointer:
         position = restore_lightning(checkpoint, path, module, owner.optimizers,
                                      [config.scheduler for config in owner.lr_scheduler_configs],
                                      self.accelerator.scaler, self.entry.state)
+        datamodule = self.entry.attached.datamodule
+        if datamodule is not None and type(datamodule).__qualname__ in checkpoint:  # where Lightning saves it
+            datamodule_hook(self.profiler, datamodule, "load_state_dict")(checkpoint[type(datamodule).__qualname__])
         self.accelerator.print(
             f"{path} was written by Lightning {checkpoint.get('pytorch-lightning_version', '(unknown version)')}: "
             f"restored the weights, optimizer and scheduler states, epoch and global step ({position.global_step}); "

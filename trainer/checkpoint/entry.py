@@ -19,6 +19,7 @@ from trainer.checkpoint.identity import identity_of, new_run_id
 from trainer.loop.hooks import overrides
 from trainer.metrics.logger import MetricLogger
 from trainer.metrics.tracking import TrackerLink
+from trainer.profiling import Profiler, datamodule_hook
 from trainer.state import TrainState
 from trainer.utilities.rank_zero import rank_zero_warn
 
@@ -49,18 +50,20 @@ class TrainerEntry:
         prepared: what the run prepared through the engine, in order (a resume must prepare the same).
         trackers: the trackers' run identities, so a resumed run reopens the same runs.
         owner: what callback hooks receive as their first argument (the trainer, held weakly: no cycle).
+        profiler: times the data module's ``state_dict`` / ``load_state_dict`` (Lightning's action names).
 
     ``run_id`` names the run (``trainer.checkpoint.identity``): drawn here, replaced by a loaded checkpoint's.
     """
 
     def __init__(self, state: TrainState, attached: Attached, metrics: MetricLogger, prepared: list[str],
-                 trackers: TrackerLink, owner: Any) -> None:
+                 trackers: TrackerLink, owner: Any, profiler: Profiler | None = None) -> None:
         self.state = state
         self.attached = attached
         self.metrics = metrics
         self.prepared = prepared
         self.trackers = trackers
         self._owner = weakref.ref(owner)
+        self.profiler = profiler
         self.run_id = new_run_id()
         self.job: str | None = None  # the cluster's job key (Checkpointer), recorded in every checkpoint
 
@@ -127,8 +130,13 @@ class TrainerEntry:
                     raise ValueError(f"Two callbacks save state under the key {callback.state_key!r}: override "
                                      "`state_key` so each is unique (e.g. include its arguments).")
                 callbacks[callback.state_key] = state
-        datamodule = self.attached.datamodule.state_dict() if self.attached.datamodule is not None else {}
-        return {"state": self.state.state_dict(), "callbacks": callbacks, "datamodule": datamodule}
+        found: dict[str, Any] = {"state": self.state.state_dict(), "callbacks": callbacks, "datamodule": {}}
+        datamodule = self.attached.datamodule
+        if datamodule is not None:
+            found["datamodule"] = datamodule_hook(self.profiler, datamodule, "state_dict")()
+            # Lightning's .ckpt key for that state (lightning_format.compose writes it there too).
+            found["datamodule_key"] = type(datamodule).__qualname__
+        return found
 
     # -- loading ------------------------------------------------------------------------------------------------
     def load_state_dict(self, payload: dict[str, Any]) -> None:
@@ -163,7 +171,7 @@ class TrainerEntry:
             if key is not None:
                 callback.load_state_dict(saved[key])
         if self.attached.datamodule is not None and state_dict.get("datamodule"):
-            self.attached.datamodule.load_state_dict(state_dict["datamodule"])
+            datamodule_hook(self.profiler, self.attached.datamodule, "load_state_dict")(state_dict["datamodule"])
 
     def _call_hooks(self, name: str, checkpoint: dict[str, Any]) -> None:
         """``on_save_checkpoint`` / ``on_load_checkpoint`` on the callbacks, then the module."""

@@ -11,6 +11,7 @@ lightning_format``) plus Ember's exact-resume state under ``"ember"``::
         "optimizer_states": [...], "lr_schedulers": [...], "MixedPrecision": scaler state (fp16 only),
         "loops": {"fit_loop": ...},              Lightning's progress record, built from TrainState
         "callbacks": {state_key: state}, "hparams_name": "kwargs", "hyper_parameters": {...},
+        "{DataModuleClass.__qualname__}": the data module's state_dict (when not empty, as Lightning),
         ...what on_save_checkpoint hooks added,
         "ember": {"format": "ember-ckpt", "version": 1, "ember_version", "created", "weights_only": False,
                   "step", "world_size",
@@ -32,7 +33,8 @@ manifest, loadable without unpickling), as runs saved before checkpoints were fi
 
 The trainer's entry (``trainer.checkpoint.entry.TrainerEntry``), in either layout, holds only plain values and
 tensors: {"format": "ember-trainer", "version": 1, "run": {"id", "module", "parameters": {name: shape}, "job"}
-(identity.py), "trainer": {"state": TrainState, "callbacks": {state_key: state}, "datamodule": ...},
+(identity.py), "trainer": {"state": TrainState, "callbacks": {state_key: state}, "datamodule": ...,
+"datamodule_key": its class's __qualname__},
 "trackers": {name: run identity}, "checkpoint": what on_save_checkpoint hooks added, "callback_metrics":
 {name: tensor}, "prepared": [...], "hyper_parameters": {"module": ..., "datamodule": ...}}.
 """

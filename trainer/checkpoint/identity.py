@@ -134,9 +134,12 @@ def _run_id(identity: dict[str, Any] | None) -> Any:
     return None if identity is None else identity.get("id")
 
 
-def check_module(folder: str, module: torch.nn.Module, context: str, verb: str = "fitted") -> None:
+def check_module(folder: str, module: torch.nn.Module, context: str, verb: str = "fitted",
+                 strict: bool = True) -> None:
     """Raise unless the parameters saved in ``folder`` have ``module``'s names and shapes (checkpoints without a
-    recorded identity are not checked here: loading them fails on its own if they differ).
+    recorded identity are not checked here: loading them fails on its own if they differ). ``strict=False`` (the
+    module's ``strict_loading = False``) accepts names missing on either side, as ``load_state_dict`` then does;
+    other shapes of a shared name still raise.
 
     Raises:
         CheckpointError: other names or shapes; the message names both classes and the differences.
@@ -149,13 +152,15 @@ def check_module(folder: str, module: torch.nn.Module, context: str, verb: str =
     current = module_signature(module)
     if saved == current:
         return
-    missing = [n for n in current if n not in saved]
-    unexpected = [n for n in saved if n not in current]
+    missing = [n for n in current if n not in saved] if strict else []
+    unexpected = [n for n in saved if n not in current] if strict else []
     shapes = [f"{n} (checkpoint {saved[n]}, module {current[n]})" for n in current
               if n in saved and saved[n] != current[n]]
     parts = [f"{label}: {_few(names)}" for label, names in (("not in the checkpoint", missing),
                                                            ("not in the module", unexpected),
                                                            ("other shapes", shapes)) if names]
+    if not parts:
+        return
     raise CheckpointError(
         f"{context}: the checkpoint {folder} was saved from {identity.get('module') or 'another module'} (run "
         f"{identity.get('id')}), whose parameters do not match the {class_name(module)} being {verb}: "

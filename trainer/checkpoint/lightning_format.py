@@ -124,6 +124,9 @@ def compose(values: dict[str, Any]) -> dict[str, Any]:
     if values.get("scaler") is not None:
         checkpoint[SCALER_KEY] = values["scaler"]
     checkpoint.update(_hyper_parameters(entry))
+    datamodule, key = entry["trainer"].get("datamodule"), entry["trainer"].get("datamodule_key")
+    if datamodule and key and key not in checkpoint:  # Lightning's place for it: the class's __qualname__ (small)
+        checkpoint[key] = datamodule
     for key, value in (entry.get("checkpoint") or {}).items():  # what on_save_checkpoint hooks added, as Lightning
         checkpoint.setdefault(key, value)
     checkpoint[EMBER_KEY] = {"format": FORMAT, "version": VERSION, "ember_version": __version__,

@@ -61,7 +61,7 @@ def restore_lightning(checkpoint: dict[str, Any], path: str, module: torch.nn.Mo
             f"{path} holds {len(saved_optimizers)} optimizer(s) and {len(saved_schedulers)} scheduler(s), but "
             f"configure_optimizers returned {len(optimizers)} and {len(schedulers)}: resume with the same "
             "configure_optimizers as the run that saved it.")
-    module.load_state_dict(checkpoint["state_dict"])
+    module.load_state_dict(checkpoint["state_dict"], strict=getattr(module, "strict_loading", None) is not False)
     for optimizer, saved in zip(optimizers, saved_optimizers):
         optimizer.load_state_dict(saved)
     for scheduler, saved in zip(schedulers, saved_schedulers):

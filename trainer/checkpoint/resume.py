@@ -173,6 +173,16 @@ def read_agreed(accelerator: Accelerator, path: str, unpickle: bool) -> dict[str
     return loaded
 
 
+def strict_loading(module: torch.nn.Module) -> bool:
+    """Whether a resume or an evaluation's ``ckpt_path`` loads the weights strictly: the module's
+    ``strict_loading`` (``None``, the default, is strict), as Lightning does.
+
+    >>> strict_loading(torch.nn.Linear(1, 1))
+    True
+    """
+    return getattr(module, "strict_loading", None) is not False
+
+
 def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.nn.Module, *,
             allow_world_size_change: bool = False, lightning: LightningRestore | None = None,
             before_load: Callable[[str], None] | None = None) -> str:
@@ -184,9 +194,12 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
     Everything registered with the engine is restored by it, the trainer's own entry included. A damaged
     explicit path raises at once, saying what to do instead; a checkpoint of another model (other parameter
     names or shapes than ``module``'s), or one saved by another number of processes (unless
-    ``allow_world_size_change``: ``trainer.checkpoint.world_size``), raises before anything is loaded.
+    ``allow_world_size_change``: ``trainer.checkpoint.world_size``), raises before anything is loaded. The weights
+    load as strictly as ``strict_loading(module)`` says (a module with ``strict_loading = False`` takes a
+    checkpoint missing some of its parameters, e.g. frozen ones its ``state_dict`` leaves out).
     """
     context = f"{entry}(ckpt_path={resume.ckpt_path!r})"
+    strict = strict_loading(module)
 
     def load(folder: str) -> None:
         if before_load is not None:  # what must happen before the engine loads this candidate (early callbacks)
@@ -194,9 +207,9 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
         if os.path.isfile(folder):
             load_file(folder)
             return
-        check_module(folder, module, context)
+        check_module(folder, module, context, strict=strict)
         check_world_size(folder, accelerator.num_processes, allow_world_size_change, context)
-        accelerator.load_state(folder)
+        accelerator.load_state(folder, strict=strict)
 
     def load_file(path: str) -> None:
         checkpoint = read_agreed(accelerator, path, resume.unpickle)
@@ -207,11 +220,11 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
             lightning(checkpoint, path)
             return
         check_version(checkpoint, path)
-        check_module(path, module, context)
+        check_module(path, module, context, strict=strict)
         values = values_of(checkpoint, path)
         check_world_size(path, accelerator.num_processes, allow_world_size_change, context,
                          saved=int(values["world_size"]))
-        accelerator.load_state_values(values, path)
+        accelerator.load_state_values(values, path, strict=strict)
 
     if resume.ckpt_path == "last" or len(resume.candidates) > 1:  # or a cluster's, with older ones to fall back to
         return folders.load_first_intact(
@@ -228,17 +241,18 @@ def restore(accelerator: Accelerator, resume: Resume, entry: str, module: torch.
 
 
 def load_weights(module: torch.nn.Module, resume: Resume, entry: str) -> None:
-    """Load only the module's weights from ``resume``'s folder (validate / test / predict with ``ckpt_path``)."""
-    folder = resume.folder
+    """Load only the module's weights from ``resume``'s folder (validate / test / predict with ``ckpt_path``), as
+    strictly as ``strict_loading(module)`` says."""
+    folder, strict = resume.folder, strict_loading(module)
     if os.path.isfile(folder):
         checkpoint = ckpt_file.read(folder, unpickle=resume.unpickle)
         if is_ember(checkpoint):
-            check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated")
-        module.load_state_dict(checkpoint["state_dict"])
+            check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated", strict=strict)
+        module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return
-    check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated")
+    check_module(folder, module, f"{entry}(ckpt_path={resume.ckpt_path!r})", verb="evaluated", strict=strict)
     weights = read_model_weights(folder)
     if weights is None:
         raise CheckpointError(f"{folder} holds no full model weights (model.safetensors): a sharded FSDP "
                               "checkpoint is loaded by fit(ckpt_path=...) or accelerator.load_state.")
-    module.load_state_dict(weights)
+    module.load_state_dict(weights, strict=strict)

@@ -23,7 +23,6 @@ from engine.prepare.optimizer import zeroes_plainly
 from trainer import args as checks
 from trainer.config import TrainerConfig
 from trainer.datamodule import DataModule
-from trainer.errors import MisconfigurationError
 from trainer.loop.combined import CombinedTrainData, check_train_mode, prepare_combined, training_combination
 from trainer.loop.data import (
     PlacedBatches,
@@ -41,6 +40,7 @@ from trainer.loop.data import (
 from trainer.loop.hooks import overrides
 from trainer.loop.reload import ReloadSchedule, epoch_shown, first_validating_epoch, stage_shown
 from trainer.loop.router import StepRouter, step_function
+from trainer.loop.stepping import check_evaluable
 from trainer.loop.transfer import Transfer, batch_transfer, transferred
 from trainer.module import TrainModule
 from trainer.optim import (
@@ -58,7 +58,6 @@ from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.seed import attach_worker_init, isolate_rng
 from trainer.utilities.tree import Shape, unflatten
 
-_STEP_OF = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 _SOURCE_OF = {"validate": "val", "test": "test", "predict": "predict"}
 
 
@@ -341,10 +340,7 @@ class RunPlan:
     def setup_eval(self, kind: str, config: TrainerConfig, module: TrainModule, datamodule: DataModule | None,
                    dataloaders: Any) -> tuple[list[DataLoader], list[int | None]]:
         """Prepare the loaders of ``kind`` (``"validate"``, ``"test"``, ``"predict"``) and the model."""
-        step = _STEP_OF[kind]
-        if kind != "predict" and not overrides(module, TrainModule, step):
-            raise MisconfigurationError(f"trainer.{kind}() needs {type(module).__name__}.{step}(self, batch, "
-                                        "batch_idx).")
+        check_evaluable(module, kind)
         source = _SOURCE_OF[kind]
         self.transfer = batch_transfer(module, datamodule, self.accelerator.device)
         # Lightning's order: the model is configured, its gradients cleared, then the loaders are asked for.

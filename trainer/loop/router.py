@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.precision.policy import Precision
-from trainer.tools.compiling import Compiler, strip_prefix, with_compiled_names
+from trainer.tools.compiling import Compiler, strip_prefix
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -86,7 +86,12 @@ class StepRouter(torch.nn.Module):
         return strip_prefix(state, prefix)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
-        return super().load_state_dict(with_compiled_names(self, state_dict), strict=strict, assign=assign)
+        """Through the module's own ``load_state_dict`` (the tables are shared), so an override of it, or hooks
+        registered on the module, run on a resume as they do in Lightning. ``assign`` is passed only when set:
+        overrides written before torch added it take ``(state_dict, strict)`` only."""
+        if assign:
+            return self._target.load_state_dict(state_dict, strict=strict, assign=True)
+        return self._target.load_state_dict(state_dict, strict=strict)
 
     def train(self, mode: bool = True) -> StepRouter:
         super().train(mode)

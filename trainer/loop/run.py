@@ -22,7 +22,7 @@ from trainer.loop.signals import Preempted, resume_hint
 from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
 from trainer.plugins.environments import ClusterEnvironment
-from trainer.profiling import run_profiler
+from trainer.profiling import datamodule_hook, run_profiler
 
 EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
 
@@ -119,16 +119,16 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
             first = accelerator.is_local_main_process if datamodule.prepare_data_per_node else \
                 accelerator.is_main_process
             if first:
-                datamodule.prepare_data()
+                datamodule_hook(hooks.profiler, datamodule, "prepare_data")()
         if accelerator.is_local_main_process and overrides(module, TrainModule, "prepare_data"):
             module.prepare_data()
         accelerator.wait_for_everyone()
         if datamodule is not None:
-            datamodule.setup(stage=stage)
+            datamodule_hook(hooks.profiler, datamodule, "setup")(stage=stage)
         hooks.call("setup", stage=stage)
         yield
         if datamodule is not None:
-            datamodule.teardown(stage=stage)
+            datamodule_hook(hooks.profiler, datamodule, "teardown")(stage=stage)
         hooks.call("teardown", stage=stage)
         trackers.run_ended("success")  # Lightning finalizes its loggers after each run's teardown
     except BaseException as error:
@@ -139,7 +139,7 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
                 # Lightning's order: the callbacks, the data module, the strategy, then the loggers (below).
                 hooks.call_callbacks("on_exception", error)
                 if datamodule is not None and callable(getattr(datamodule, "on_exception", None)):
-                    datamodule.on_exception(error)
+                    datamodule_hook(hooks.profiler, datamodule, "on_exception")(error)
                 on_exception = getattr(getattr(module._attached_trainer(), "strategy", None), "on_exception", None)
                 if callable(on_exception):
                     on_exception(error)

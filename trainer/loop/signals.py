@@ -94,8 +94,9 @@ def check_signals(signals: Any) -> tuple[int, ...]:
 class PreemptionHandler:
     """Installs a flag-only handler for ``signals`` while a ``with`` block runs; restores the old handlers after.
 
-    A signal that arrived but was not acted on inside the block (e.g. during the last epoch's end hooks) is
-    re-raised on exit with the old handler in place, so it is never silently swallowed. Handlers can only be
+    A Python handler installed before the block is called too, when the signal arrives (Lightning composes them).
+    Otherwise a signal that arrived but was not acted on inside the block (e.g. during the last epoch's end hooks)
+    is re-raised on exit with the old handler in place, so it is never silently swallowed. Handlers can only be
     installed from the main thread; elsewhere (Ray Train runs the training function in a thread) the block runs
     without them, and a cluster that announces preemptions otherwise is asked at each step boundary (``check``).
 
@@ -127,7 +128,14 @@ class PreemptionHandler:
         # Only a flag: the trainer saves and exits at the next step boundary, where every process meets.
         self.received = signal.Signals(signum).name
         self.requeue_asked = self.requeue_asked or signum in self.requeue_signals
-        self._pending = signum
+        previous = self._previous.get(signum)
+        if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler):
+            # A Python handler installed before the run (the user's, an orchestrator's) runs too, as Lightning
+            # composes them; it has seen the signal, so it is not raised to it again on exit. (Python's SIGINT
+            # handler would raise KeyboardInterrupt here, ending the run before its save: it gets it on exit.)
+            previous(signum, frame)
+        else:
+            self._pending = signum
 
     def check(self) -> str | None:
         """What preempted the run so far (a signal's name, or the cluster's notice), else None; asks the cluster

@@ -1,6 +1,8 @@
 """Profilers with Lightning's names: ``Trainer(profiler="simple" | "advanced" | "pytorch" | a Profiler)``.
 
 Actions the trainer times: every overridden hook (``[Callback]{class}.{hook}``, ``[TrainModule]{class}.{hook}``),
+the data module's ``prepare_data`` / ``setup`` / ``teardown`` / ``state_dict`` / ``load_state_dict`` /
+``on_exception`` (``[LightningDataModule]{class}.{hook}``, Lightning's name),
 ``run_training_batch``, ``train_dataloader_next``, ``optimizer_step``, the evaluation steps and data fetches
 (``[validation|test|predict]_step``, ``..._dataloader_next``) and ``save_checkpoint``.
 """
@@ -69,6 +71,21 @@ def profiled(profiler: Profiler | None, action_name: str, fn: Callable[P, R]) ->
     return recorded
 
 
+def datamodule_hook(profiler: Profiler | None, datamodule: Any, name: str) -> Callable[..., Any]:
+    """``datamodule.<name>`` (``prepare_data``, ``setup``, ``teardown``, ``state_dict``, ...), each call recorded
+    under Lightning's action name ``[LightningDataModule]{class}.{name}`` (it times them whether overridden or not).
+
+    Example:
+        >>> from trainer import DataModule
+        >>> profiler = SimpleProfiler()
+        >>> datamodule_hook(profiler, DataModule(), "state_dict")()
+        {}
+        >>> list(profiler.recorded_durations)
+        ['[LightningDataModule]DataModule.state_dict']
+    """
+    return profiled(profiler, f"[LightningDataModule]{type(datamodule).__name__}.{name}", getattr(datamodule, name))
+
+
 def profiled_iter(profiler: Profiler | None, action_name: str, iterable: Iterable[T]) -> Iterable[T]:
     """``iterable`` with each fetch recorded as ``action_name`` (``iterable`` itself without a profiler)."""
     return iterable if profiler is None or not profiler.records else profiler.iterate(action_name, iterable)
@@ -95,6 +112,7 @@ __all__ = [
     "Profiler",
     "PyTorchProfiler",
     "SimpleProfiler",
+    "datamodule_hook",
     "profile",
     "profiled",
     "profiled_iter",
