@@ -137,11 +137,13 @@ class Callback:
     log: Callable[..., None]
     log_dict: Callable[..., None]
 
+    @property
     def skipped_hooks(self) -> frozenset[str]:
-        """Hooks this callback overrides but does not need in the run about to start (asked once as each run
+        """Hooks this callback overrides but does not need in the run about to start (read once as each run
         starts, before ``setup``): the trainer then never calls them in that run. The default is none; a
         callback whose per-batch hook has nothing to do in some configuration (a progress bar writing to a
-        file) returns it here, so the per-batch path costs nothing."""
+        file) returns it here, so the per-batch path costs nothing. A property, not a method: the callback's
+        public methods are Lightning's hooks and nothing else (Lightning's tests and tools enumerate them)."""
         return frozenset()
 
     @property

@@ -11,9 +11,7 @@ from callbacks.base import HOOK_NAMES, Callback
 
 class LambdaCallback(Callback):
     """Each keyword names a hook and gives the function it runs, called with the hook's arguments
-    (``trainer, module, ...``); the other hooks stay off (an unused hook costs nothing). ``skipped_hooks=`` is
-    accepted too (every overridable method of ``Callback`` is): a function returning the hook names to leave out
-    of a run (``None``: none).
+    (``trainer, module, ...``); the other hooks stay off (an unused hook costs nothing).
 
     Example:
         >>> seen = []
@@ -25,7 +23,7 @@ class LambdaCallback(Callback):
 
     def __init__(self, **hooks: Callable[..., Any] | None) -> None:
         for name, function in hooks.items():
-            if name not in HOOK_NAMES and name != "skipped_hooks":
+            if name not in HOOK_NAMES:
                 close = difflib.get_close_matches(name, HOOK_NAMES, n=1)
                 hint = f"e.g. {close[0]}" if close else f"one of {list(HOOK_NAMES)}"
                 raise TypeError(f"LambdaCallback({name}=...) is not a callback hook: use one of the hook names, "

@@ -86,6 +86,7 @@ class ProgressBar(Callback):
         self._stream = self._given_stream or sys.stdout
 
     # -- runs -------------------------------------------------------------------------------------------------
+    @property
     def skipped_hooks(self) -> frozenset[str]:
         # Not a terminal: nothing is drawn per training batch (the epoch line counts batches from the trainer's
         # state), so the trainer need not call this callback on every batch.

@@ -167,6 +167,7 @@ class RichProgressBar(ProgressBar):
                 for k, v in super().get_metrics(trainer, pl_module).items()}
 
     # -- runs -------------------------------------------------------------------------------------------------
+    @property
     def skipped_hooks(self) -> frozenset[str]:
         return frozenset()  # rich draws in a file too: every batch moves the bar
 

@@ -126,6 +126,7 @@ class TQDMProgressBar(ProgressBar):
                      _predict_progress_bar=None)
         return state
 
+    @property
     def skipped_hooks(self) -> frozenset[str]:
         return frozenset()  # the bars count every batch, on a terminal or not (as Lightning's)
 

@@ -36,21 +36,20 @@ def test_wrapped_hooks_run_where_lightning_runs_them() -> None:
     _wrap_all(datamodule, ["setup", "teardown", "train_dataloader", "on_before_batch_transfer",
                            "transfer_batch_to_device", "on_after_batch_transfer"], called)
     callback = Callback()
-    _wrap_all(callback, ["on_fit_start", "skipped_hooks"], called, prefix="Callback.")
+    _wrap_all(callback, ["on_fit_start"], called, prefix="Callback.")
     Trainer(**{**QUIET, "max_steps": 1, "callbacks": [callback]}).fit(Regressor(), datamodule=datamodule)
     assert sorted(called) == ["Callback.on_fit_start", "setup(stage=)", "teardown(stage=)", "train_dataloader"]
 
 
-def test_a_lambda_callback_can_declare_skipped_hooks() -> None:
-    from callbacks import LambdaCallback
+def test_skipped_hooks_is_a_property_so_callback_methods_are_lightnings_hooks_only() -> None:
+    import inspect
 
-    calls: list[str] = []
-    callback = LambdaCallback(on_train_batch_end=lambda *args: calls.append("batch"),
-                              on_fit_end=lambda *args: calls.append("end"),
-                              skipped_hooks=lambda: {"on_train_batch_end"})
-    Trainer(**{**QUIET, "max_steps": 2, "callbacks": [callback]}).fit(Regressor(), data(8, 4))
-    assert calls == ["end"]
-    LambdaCallback(skipped_hooks=lambda: None)  # None: nothing skipped
+    from callbacks import TQDMProgressBar
+    from callbacks.base import HOOK_NAMES
+
+    methods = {name for name, _ in inspect.getmembers(Callback, inspect.isfunction) if not name.startswith("_")}
+    assert methods == set(HOOK_NAMES) | {"state_dict", "load_state_dict"}
+    assert Callback().skipped_hooks == frozenset() and isinstance(TQDMProgressBar().skipped_hooks, frozenset)
 
 
 def test_lightnings_order_around_evaluation_and_saving_and_clipping_by_name(tmp_path: Any) -> None:

@@ -118,7 +118,7 @@ def test_the_trainer_has_every_name_the_callbacks_protocol_lists() -> None:
 def test_a_progress_bar_writing_to_a_file_is_not_called_per_batch_and_still_counts() -> None:
     sink = io.StringIO()
     bar = ProgressBar(stream=sink)
-    assert bar.skipped_hooks() == frozenset({"on_train_batch_end"})
+    assert bar.skipped_hooks == frozenset({"on_train_batch_end"})
     table = HookTable("trainer", Regressor(), [bar], TrainModule)
     assert table.overriders["on_train_batch_end"] == () and table.overriders["on_train_epoch_end"]
     trainer = Trainer(**{**QUIET, "enable_progress_bar": True}, max_epochs=1, callbacks=[bar])

@@ -51,8 +51,8 @@ class HookTable:
         self.overriders: dict[str, tuple[Callable[..., Any], ...]] = {}
         # Asked only of callbacks that declare it (a recording wrapper of the base method is no declaration).
         # A Mock callback declares nothing (its answer is another Mock).
-        skipped = [frozenset(cb.skipped_hooks() or ()) if overrides_unwrapped(cb, Callback, "skipped_hooks")
-                   and type(cb).__module__ != "unittest.mock" else frozenset() for cb in callbacks]
+        skipped = [frozenset(cb.skipped_hooks) if type(cb).__module__ != "unittest.mock" else frozenset()
+                   for cb in callbacks]
         # The callback behind each hook (a hook may be a plain function set on the instance: LambdaCallback).
         self._owners: dict[str, tuple[Callback, ...]] = {}
         for name in (*HOOK_NAMES, *MODULE_ONLY_HOOKS):  # a callback never overrides the module-only ones
