@@ -592,10 +592,10 @@ class Trainer:
         self.stop.request(value)
 
     def log_metrics(self, values: dict[str, Any], step: int | None = None) -> None:
-        """For callbacks: ``values`` to the trackers at ``step`` (default: the global step; Lightning's for the
-        loggers) and into ``logged_metrics``. A no-op without running trackers."""
+        """For callbacks: ``values`` to the trackers at ``step`` (default: the global step; for the loggers, as
+        Lightning's connector) and into ``logged_metrics``. A no-op without running trackers."""
         self.metric_logger.logged_metrics.update(values)
-        self.trackers.log(values, step, logger_step=self.trackers.steps.current() if step is None else step)
+        self.trackers.log(values, step, logger_step=step)
 
 
 Trainer.__init__.__signature__ = keyword_signature()  # type: ignore[attr-defined]  # help(), IDEs, the config CLI

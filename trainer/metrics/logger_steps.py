@@ -28,7 +28,7 @@ class LoggerSteps:
             several modules).
 
     Example:
-        >>> state = TrainState()
+        >>> state = TrainState(stage="train")
         >>> steps = LoggerSteps(state, lambda: True)
         >>> steps.batch_started(); state.optimizer_stepped()
         >>> steps.current(), state.global_step  # the step the batch started at, until the next one starts
