@@ -592,8 +592,7 @@ class Trainer:
         self.stop.request(value)
 
     def log_metrics(self, values: dict[str, Any], step: int | None = None) -> None:
-        """For callbacks: ``values`` to the trackers at ``step`` (default: the global step; for the loggers, as
-        Lightning's connector) and into ``logged_metrics``. A no-op without running trackers."""
+        """For callbacks: ``values`` to the trackers at ``step`` (loggers: as Lightning's), into ``logged_metrics``."""
         self.metric_logger.logged_metrics.update(values)
         self.trackers.log(values, step, logger_step=step)
 
