@@ -136,7 +136,9 @@ class TensorBoardTracker(GeneralTracker):
                 raise TypeError(f"TensorBoardTracker.log got {type(value).__name__} for {key!r}: pass values "
                                 "through trackers.normalize_values (and group_values) first (the engine does).")
         writer.flush()
-        if step is not None:
+        # The furthest step is what a resume hides from (the restart marker): values logged at an earlier step
+        # afterwards (Lightning's loggers log each evaluation batch at its count in the loop) must not move it back.
+        if step is not None and (self._last_step is None or step >= self._last_step):
             if step != self._last_step:
                 self._at_last_step = []
             self._at_last_step += [[key, value] for key, value in values.items()]

@@ -148,7 +148,7 @@ class Trainer:
         self.stop = StopController(acc, self.state, PreemptionHandler(config.preemption_signals, cluster))
         self.loss_check = LossCheck(config.on_nonfinite_loss, acc, self.state)
         self.trackers = TrackerLink(acc, self.state, config.project_name, enabled=not config.fast_dev_run,
-                                    autolog=config.enable_autolog_hparams, loggers=lightning.loggers)
+                                    autolog=config.enable_autolog_hparams, automatic=lambda: self.plan.automatic)
         self.schedulers = SchedulerStepper([], lambda scheduler, metric: None, self.metric_logger)
         self.evaluation = EvaluationLoop(acc, self.state, self.plan, self.metric_logger, self.trackers,
                                          config.inference_mode)
@@ -260,6 +260,7 @@ class Trainer:
                         cut = True
                         break  # Lightning: the module returning -1 ends the epoch early
                     steps_before = state.global_step
+                    self.trackers.steps.batch_started()
                     outputs, loss = run_batch(batch, batch_idx)
                     state.finish_batch(batch_idx, samples=size * world)
                     if state.batch_in_epoch == plan.num_training_batches:  # epoch schedulers step here (Lightning)
@@ -591,10 +592,9 @@ class Trainer:
         self.stop.request(value)
 
     def log_metrics(self, values: dict[str, Any], step: int | None = None) -> None:
-        """Send ``values`` to the trackers at ``step`` (default: the global step), for callbacks; values also
-        show in ``logged_metrics``. A no-op without running trackers."""
+        """For callbacks: ``values`` to the trackers at ``step`` (loggers: as Lightning's), into ``logged_metrics``."""
         self.metric_logger.logged_metrics.update(values)
-        self.trackers.log(values, step)
+        self.trackers.log(values, step, logger_step=step)
 
 
 Trainer.__init__.__signature__ = keyword_signature()  # type: ignore[attr-defined]  # help(), IDEs, the config CLI

@@ -173,3 +173,24 @@ def test_values_of_the_checkpoints_step_logged_after_it_are_not_doubled(tmp_path
         assert _scalars(got, tag) == _scalars(expected, tag), tag
     assert _scalars(got, "lr")[2:4] == [(1, pytest.approx(1 / 3)), (2, 0.25)]  # step 2's lr once, not twice
     assert _texts(tmp_path / "run", "note") == _texts(tmp_path / "reference", "note")
+
+
+def test_a_value_logged_at_an_earlier_step_does_not_move_the_resume_point_back(tmp_path: Path) -> None:
+    """Lightning's loggers log each evaluation batch at its count in the loop (0, 1, ...) after training steps
+    further on: a checkpoint taken then must still hide only what comes after the furthest step."""
+    first = TensorBoardTracker("proj", tmp_path)
+    first.start()
+    for step in range(3):
+        first.log({"loss": float(step)}, step=step)
+    first.log({"val_batch": 0.5}, step=0)  # an evaluation batch, at its own count
+    checkpoint = first.state_dict()
+    first.finish()
+    assert checkpoint["step"] == 2 and checkpoint["at_step"] == [["loss", 2.0]]
+
+    resumed = TensorBoardTracker("proj", tmp_path)
+    resumed.load_state_dict(checkpoint)
+    _next_second()
+    resumed.start()
+    resumed.log({"loss": 30.0}, step=3)
+    resumed.finish()
+    assert _scalars(_read(tmp_path / "proj"), "loss") == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 30.0)]

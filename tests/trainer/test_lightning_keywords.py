@@ -87,7 +87,7 @@ def test_logger_object_default_root_dir_and_default_checkpoint(tmp_path: Path) -
     assert trainer.logger is logger and trainer.loggers == [logger] and module.logger is logger
     assert module.loggers == [logger] and trainer.model is module
     rows = _rows(os.path.join(logger.log_dir, "metrics.csv"))
-    assert [r["step"] for r in rows if r.get("train/loss")] == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    assert [r["step"] for r in rows if r.get("train/loss")] == ["0", "1", "2", "3", "4", "5", "6", "7"]  # Lightning's
     # The default ModelCheckpoint: in the logger's version folder, the newest epoch end kept (Lightning's default).
     (callback,) = trainer.checkpoint_callbacks
     assert callback.dirpath == os.path.join(logger.log_dir, "checkpoints")

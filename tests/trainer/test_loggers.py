@@ -149,7 +149,8 @@ def test_wandb_logger_offline(wandb_offline: Path) -> None:  # noqa: F811
     (path,) = find_run_files(str(wandb_offline), run.id)
     offline = read_run(path)
     assert offline.project == "proj" and offline.config == {"lr": 0.1}
-    assert [(row["_step"], row["loss"]) for row in offline.history] == [(1, 0.5)]
+    # The step as Lightning's logger gives it: the metric trainer/global_step (wandb's own step counts the calls).
+    assert [(row["trainer/global_step"], row["loss"]) for row in offline.history] == [(1, 0.5)]
 
 
 def test_comet_logger_offline(comet_env: Path) -> None:  # noqa: F811

@@ -39,7 +39,13 @@ from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.compat.spawn import SpawnLauncher, in_process_launcher
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
-from trainer.loggers.adapter import LoggerTracker, is_logger_like, lightning_run_folder, not_a_logger
+from trainer.loggers.adapter import (
+    LoggerTracker,
+    RunListener,
+    is_logger_like,
+    lightning_run_folder,
+    not_a_logger,
+)
 from trainer.loggers.logger import DummyLogger, TrackerLogger, VersionedLogger
 from trainer.plugins.environments import ClusterEnvironment, resolve_environment
 from trainer.strategies import DDPStrategy, Strategy, resolve_strategy
@@ -298,7 +304,7 @@ def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[
     root = DEFAULT_PROJECT_DIR if project_dir is unset or project_dir is None else os.fspath(project_dir)
     if logger is None or logger is True:
         default = default_logger(root)
-        return [default.tracker], [default]
+        return [logger_tracker(default)], [default]
     # As Lightning: an iterable is a collection of loggers (a MagicMock iterates as empty: no logger), anything
     # else one logger. A string is refused, not split into characters.
     iterable = isinstance(logger, Iterable) and not isinstance(logger, (str, bytes, Logger, GeneralTracker))
@@ -308,7 +314,7 @@ def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[
     for item in items:
         if isinstance(item, Logger):
             views.append(item)
-            trackers.append(item.tracker)
+            trackers.append(logger_tracker(item))
         elif isinstance(item, GeneralTracker):
             trackers.append(item)
         elif is_logger_like(item):  # Lightning calls any object's logger methods: the adapter makes its calls
@@ -317,6 +323,16 @@ def _loggers(logger: Any, log_with: Any, project_dir: Any, unset: Any) -> tuple[
         else:
             raise not_a_logger(item)
     return trackers, views
+
+
+def logger_tracker(logger: Logger) -> GeneralTracker:
+    """What the engine runs for an Ember ``Logger``: a ``LoggerTracker`` calling its methods (a user's subclass
+    builds one as its tracker; a built-in logger's writes into its own tracker, the run). ``LitLogger``'s tracker is
+    told of each run itself (a ``RunListener``) and is run as it is."""
+    own = logger.tracker
+    if isinstance(own, (LoggerTracker, RunListener)):
+        return own
+    return LoggerTracker(logger, run=own)
 
 
 def _world_size() -> int:

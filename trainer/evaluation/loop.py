@@ -117,8 +117,9 @@ class EvaluationLoop:
                     hooks.call(batch_end, outputs, *step_args)
                 if counted is not None:
                     self.batch_counts.batch_done(counted)
-                if stage != "sanity_check":
-                    self.trackers.log(metrics.step_values(), new_row=alone)
+                if counted is not None:  # not the sanity check; loggers: at the loader's batch count (Lightning)
+                    self.trackers.log(metrics.step_values(), new_row=alone,
+                                      logger_step=self.trackers.steps.eval_batch(counted, dl_idx))
         metrics.set_loader(None)
         if counted is not None:
             self.batch_counts.end_run(counted)

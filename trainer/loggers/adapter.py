@@ -1,12 +1,14 @@
 """`LoggerTracker`: any Lightning-style logger object driven as an Ember tracker, with Lightning's calls.
 
-``Trainer(logger=...)`` takes, besides Ember's loggers and trackers, a ``Logger`` subclass of the user's (one that
-overrides ``log_metrics`` instead of building a tracker) and any object with Lightning's logger methods (a
-``unittest.mock.Mock``, a logger class of another library): Lightning accepts any object there and calls its
-methods. Such an object is wrapped in a ``LoggerTracker``, which the engine runs like every tracker (main process
-only), and which makes Lightning's calls, observed from Lightning 2.6 driving a ``Mock``:
+``Trainer(logger=...)`` takes Ember's loggers (``CSVLogger``, ``TensorBoardLogger``, ...), a ``Logger`` subclass of
+the user's (one that overrides ``log_metrics`` or any other method), and any object with Lightning's logger methods
+(a ``unittest.mock.Mock``, a logger class of another library): Lightning accepts any object there and calls its
+methods. Each is wrapped in a ``LoggerTracker``, which the engine runs like every tracker (main process only), and
+which makes Lightning's calls through the logger's own methods (an override, or a ``mock.patch`` of the class
+method, sees every call), observed from Lightning 2.6 driving a ``Mock``:
 
-- each metrics payload: ``log_metrics(metrics=..., step=...)`` (keywords), then ``save()``;
+- each metrics payload: ``log_metrics(metrics=..., step=...)`` (keywords) with Lightning's payload and step (the
+  trainer passes them: ``trainer.metrics.logger_steps``), then ``save()``;
 - each run (``fit`` / ``validate`` / ``test``), after its setup: ``log_hyperparams(hparams)`` (when the module or
   data module saved some), ``log_graph(module)``, ``save()``;
 - each run's end (``predict`` included): ``finalize("success")``, or ``finalize("failed")`` when it raised;
@@ -15,6 +17,10 @@ only), and which makes Lightning's calls, observed from Lightning 2.6 driving a 
 
 The methods Lightning's ``Logger`` base gives a default that does nothing (``log_graph``, ``save``, ``finalize``,
 ``after_save_checkpoint``) may be missing on the object; ``log_metrics`` may not.
+
+An Ember logger writes into a tracker of its own (``run``): the engine opens that run when the trackers start,
+keeps it open from one Trainer call to the next (``finalize("success")`` only flushes it), saves its state in each
+checkpoint under the tracker's name (a resumed run continues its files exactly) and closes it at the end.
 """
 
 from __future__ import annotations
@@ -91,12 +97,14 @@ class LoggerTracker(GeneralTracker):
     name = "logger"
     requires_logging_directory = False
 
-    def __init__(self, logger: Any) -> None:
+    def __init__(self, logger: Any, run: GeneralTracker | None = None) -> None:
         super().__init__()
         if not is_logger_like(logger):
             raise not_a_logger(logger)
         self.logger = logger
-        self.name = f"logger:{type(logger).__name__}:{id(logger)}"  # one per logger object
+        self.run = run  # an Ember logger's own tracker, which its methods write to
+        # One per logger object; an Ember logger's run keeps its tracker's name: checkpoints key its state by it.
+        self.name = run.name if run is not None else f"logger:{type(logger).__name__}:{id(logger)}"
         self.finalized = False  # finalize was called and nothing was logged since
 
     @property
@@ -113,9 +121,21 @@ class LoggerTracker(GeneralTracker):
         self.finalized = False
         self._call("log_hyperparams", values)
 
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+    def start(self) -> None:
+        """Open the logger's own run (unless the logger opened it itself, e.g. through ``experiment``); from now on
+        the trainer holds it: the logger's ``finalize("success")`` keeps it open, ``finish`` closes it."""
+        if self.run is not None:
+            if self.run.tracker is None:
+                self.run.start()
+            self.run.opened_by_owner = False
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            lightning: tuple[dict[str, Any], int | None] | None = None, **kwargs: Any) -> None:
+        """``log_metrics`` then ``save``; ``lightning``: the ``(metrics, step)`` Lightning would pass, which the
+        trainer gives instead of its own trackers' payload (other keywords, e.g. ``new_row``, are theirs)."""
         self.finalized = False
-        self.logger.log_metrics(metrics=values, step=step)  # keywords: Lightning's logger connector passes them so
+        metrics, step = lightning if lightning is not None else (values, step)
+        self.logger.log_metrics(metrics=metrics, step=step)  # keywords: Lightning's logger connector passes them so
         self._call("save")
 
     def run_started(self, module: torch.nn.Module, hparams: dict[str, Any] | None) -> None:
@@ -132,6 +152,19 @@ class LoggerTracker(GeneralTracker):
         self._call("finalize", status)
 
     def finish(self) -> None:
-        if not self.finalized:
-            self._call("save")
-            self.run_ended("success")
+        try:
+            if not self.finalized:
+                self._call("save")
+                self.run_ended("success")
+        finally:
+            if self.run is not None:
+                self.run.finish()  # the engine's end: the run it opened closes
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.run.state_dict() if self.run is not None else super().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.load_state_dict(state)
+        else:
+            super().load_state_dict(state)

@@ -150,11 +150,15 @@ class Logger:
         """Flush: Ember's trackers write every ``log`` call through, so there is nothing left to flush."""
 
     def finalize(self, status: str) -> None:
-        """Close the run. (Ember's built-in loggers hand their tracker to the engine, which keeps the run open from
-        one Trainer call to the next; a ``Logger`` subclass without a tracker is finalized after each call, as in
-        Lightning: see ``trainer.loggers.adapter``.)"""
-        if self._tracker is not None and self._tracker.tracker is not None:
-            self._tracker.finish()
+        """Close the run (``status``: ``"success"``, ``"failed"``). A run a Trainer holds (it opened it, or took it
+        over at its first call) stays open on success, only saved: the Trainer calls this after each of its calls,
+        and the next one goes on writing to the same run (Ember's trackers write every value through, and the
+        run is closed when the Trainer's trackers finish, its state in each checkpoint)."""
+        tracker = self._tracker
+        if status == "success":
+            self.save()
+        if tracker is not None and tracker.tracker is not None and (status != "success" or tracker.opened_by_owner):
+            tracker.finish()
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """Called after ``ModelCheckpoint`` saves (Lightning's hook; Ember's loggers upload nothing)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trackers import TensorBoardTracker, normalize_values
+from trackers import TensorBoardTracker
 from trainer.core.saving import save_hparams_to_yaml
 from trainer.loggers.logger import VersionedLogger, check_prefix, convert_params
 from trainer.utilities.rank_zero import rank_zero_only, rank_zero_warn
@@ -54,11 +54,6 @@ class TensorBoardLogger(VersionedLogger):
         if rank_zero_only.rank == 0 and isinstance(self._tracker, LightningTensorBoardTracker):
             self._tracker.save_hparams_file()
 
-    def finalize(self, status: str) -> None:
-        if status == "success":
-            self.save()
-        super().finalize(status)
-
     def _restored_dir(self) -> str | None:
         return getattr(self._tracker, "log_dir", None)
 
@@ -67,15 +62,19 @@ class TensorBoardLogger(VersionedLogger):
         """The ``torch.utils.tensorboard.SummaryWriter`` (rank 0)."""
         return super().experiment
 
-    def log_hyperparams(self, params: Any = None, metrics: Mapping[str, Any] | None = None, *args: Any,
-                        **kwargs: Any) -> None:
-        """The configuration into the hparams plugin; ``metrics`` (or ``hp_metric=-1``) as its first values."""
+    def log_hyperparams(self, params: Any = None, metrics: Mapping[str, Any] | float | None = None,
+                        step: int | None = None) -> None:
+        """The configuration into the hparams plugin; ``metrics`` (a dict, or one number: ``hp_metric``; default
+        ``hp_metric = -1`` with ``default_hp_metric``) as its first values, through ``log_metrics`` at ``step``."""
         if rank_zero_only.rank != 0:
             return
-        tracker = self._open()
-        tracker.store_init_configuration(convert_params(params))  # with hp_metric = -1 (default_hp_metric)
+        self._open().store_init_configuration(convert_params(params))
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else None
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
         if metrics:
-            tracker.log(normalize_values(dict(metrics)), step=0)
+            self.log_metrics(metrics, step)  # positional, as Lightning's (a patched log_metrics sees this call)
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Add ``model``'s graph, traced on ``input_array`` (default ``model.example_input_array``)."""
@@ -98,7 +97,7 @@ class TensorBoardLogger(VersionedLogger):
 class LightningTensorBoardTracker(TensorBoardTracker):
     """The tracker of a ``TensorBoardLogger``: the configuration in the version folder's ``hparams.yaml``
     (Lightning's file, read back by ``load_from_checkpoint(hparams_file=...)``); a run that logged none still gets
-    one (``{}``) when it ends well: the Trainer calls the logger's ``save()`` then, as Lightning does."""
+    one (``{}``) when it ends well: the logger's ``save()`` (``finalize("success")``) writes it, as Lightning's."""
 
     NAME_HPARAMS_FILE = "hparams.yaml"
 
@@ -118,12 +117,8 @@ class LightningTensorBoardTracker(TensorBoardTracker):
 
 
 class HpMetricTracker(LightningTensorBoardTracker):
-    """The tracker of a ``TensorBoardLogger(default_hp_metric=True)``: the run configuration (what the Trainer
-    sends from ``save_hyperparameters``) comes with Lightning's ``hp_metric`` placeholder, declared in the hparams
-    plugin and logged as -1 at step 0, so the HParams tab has a metric column (log ``hp_metric`` to fill it)."""
+    """The tracker of a ``TensorBoardLogger(default_hp_metric=True)``: the run configuration comes with Lightning's
+    ``hp_metric`` placeholder declared in the hparams plugin, so the HParams tab has a metric column (the logger's
+    ``log_hyperparams`` logs it as -1; log ``hp_metric`` to fill it)."""
 
     hparams_metrics = {"hp_metric": -1.0}  # noqa: RUF012 - read-only class default
-
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        super().store_init_configuration(values)
-        self.log({"hp_metric": -1.0}, step=0)

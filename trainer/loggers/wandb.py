@@ -88,4 +88,20 @@ class WandbLogger(Logger):
             self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
     def _build_tracker(self) -> WandBTracker:
-        return WandBTracker(self._project, logging_dir=self._save_dir, **self._init_kwargs)
+        return GlobalStepWandBTracker(self._project, logging_dir=self._save_dir, **self._init_kwargs)
+
+
+class GlobalStepWandBTracker(WandBTracker):
+    """The tracker of a ``WandbLogger``: the step goes in as the metric ``trainer/global_step``, the x axis of every
+    other metric, as Lightning's logger logs it, rather than as wandb's own step, which must only grow: the
+    Trainer passes Lightning's steps (each evaluation batch at its count in the loop), which start again at 0."""
+
+    def start(self) -> None:
+        super().start()
+        run = self.tracker
+        if callable(getattr(run, "define_metric", None)):
+            run.define_metric("trainer/global_step")
+            run.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        super().log(values if step is None else {**values, "trainer/global_step": step}, **kwargs)

@@ -1,22 +1,23 @@
 """`TrackerLink`: starts, feeds and finishes the engine's trackers for the trainer, once per trainer, and tells the
-Lightning-style logger objects it drives where each run starts and ends; the warning when an epoch is shorter than
-the logging interval."""
+Lightning-style logger objects it drives where each run starts and ends (their metrics at Lightning's steps); the
+warning when an epoch is shorter than the logging interval."""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from callbacks.warnings import PossibleUserWarning
 from engine import Accelerator
-from trainer.loggers.adapter import RunListener
-from trainer.loggers.logger import Logger
+from trainer.loggers.adapter import LoggerTracker, RunListener
 from trainer.metrics.logger import to_python
+from trainer.metrics.logger_steps import LoggerSteps, lightning_payload
 from trainer.state import TrainState
 
-_OWN_ROW = {"csv": {"new_row": True}}  # CSVTracker.log's option; other trackers keep one point per name and step
+_OWN_ROW: dict[str, dict[str, Any]] = {"csv": {"new_row": True}}  # CSVTracker.log's option; other trackers keep one point per name and step
 
 
 class TrackerLink:
@@ -26,22 +27,22 @@ class TrackerLink:
     finishes them too, so their files are complete. Trackers that are ``RunListener``s (a ``LoggerTracker``, which
     makes Lightning's per-run logger calls; ``LitLogger``'s) are told, on the main process, where each ``fit`` /
     ``validate`` / ``test`` starts (``run_started``) and where any run ends (``run_ended``).
+
+    Args:
+        automatic: whether the module in the run uses automatic optimisation (for Lightning's logging steps).
     """
 
     def __init__(self, accelerator: Accelerator, state: TrainState, project_name: str, enabled: bool,
-                 autolog: bool = True, loggers: tuple[Any, ...] = ()) -> None:
+                 autolog: bool = True, automatic: Callable[[], bool] = lambda: True) -> None:
         self.accelerator = accelerator
         self.autolog = autolog  # Lightning's enable_autolog_hparams: hyperparameters as the run configuration
         self.state = state
+        self.steps = LoggerSteps(state, automatic)  # the steps the logger objects get (Lightning's)
         self.project_name = project_name
         self.enabled = enabled and bool(accelerator.log_with)
         self.started = self.finished = False
         given = accelerator.log_with if isinstance(accelerator.log_with, (list, tuple)) else [accelerator.log_with]
         self.listeners = [t for t in given if isinstance(t, RunListener)] if self.enabled else []
-        # The given Lightning-style loggers whose tracker the engine drives directly (Ember's CSVLogger,
-        # TensorBoardLogger, ...): a failed run calls their finalize("failed") as Lightning does (the listeners'
-        # loggers get that call through run_ended).
-        self.direct_loggers = [v for v in loggers if isinstance(v, Logger) and not isinstance(v.tracker, RunListener)]
 
     def hyperparameters(self, owners: tuple[Any, ...]) -> dict[str, Any]:
         """The hyper-parameters of ``owners`` (the module and data module) that are logged, as first saved
@@ -68,6 +69,7 @@ class TrackerLink:
     def start(self, owners: tuple[Any, ...]) -> None:
         """Start the trackers (at the first run) with the hyperparameters of ``owners`` (the module and data module)
         as config, then tell the listening trackers a run starts (a later run sends them the hyperparameters again)."""
+        self.steps.run_started(str(self.state.fn))
         if not self.enabled:
             return
         config = self.hyperparameters(owners)
@@ -81,37 +83,40 @@ class TrackerLink:
 
     def run_ended(self, status: str) -> None:
         """Lightning's ``finalize(status)`` to the listening trackers at the end of every run (``"success"`` or
-        ``"failed"``), on the main process; Ember's own trackers stay open for the next run, and the given built-in
-        loggers get Lightning's ``save()`` after a run that ended well (TensorBoard's writes ``hparams.yaml``)."""
+        ``"failed"``), on the main process; Ember's own trackers stay open for the next run."""
         if self.accelerator.is_main_process and not self.finished:
             for tracker in self.listeners:
                 tracker.run_ended(status)
-            if status == "success" and self.enabled:
-                for logger in self.direct_loggers:
-                    logger.save()
 
-    def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False) -> None:
+    def log(self, values: dict[str, Any], step: int | None = None, new_row: bool = False,
+            logger_step: int | None = None) -> None:
         """Send ``values`` at ``step`` (default: the global step), with the epoch; a no-op when not running.
 
         ``new_row``: the values are not the training step's (a ``validate`` / ``test`` run outside ``fit``
         logs at the last training step): the csv tracker gives them a row of their own instead of adding them
         to that step's training row.
+
+        The logger objects (``LoggerTracker``) get Lightning's payload instead, through the engine's per-tracker
+        ``log_kwargs``: at ``logger_step`` as they are, or (``None``) at a logged ``"step"`` value or Lightning's
+        training step with the epoch (``trainer.metrics.logger_steps``).
         """
         # Only a process that runs trackers converts the tensors (the one device sync of logging).
         if values and self.started and not self.finished and self.accelerator.trackers:
             payload = to_python(values)
+            log_kwargs: dict[str, dict[str, Any]] = dict(_OWN_ROW) if new_row else {}
+            loggers = [t.name for t in self.accelerator.trackers if isinstance(t, LoggerTracker)]
+            if loggers:
+                lightning = lightning_payload(payload, logger_step, self.steps.current(), self.state.epoch)
+                log_kwargs.update({name: {"lightning": lightning} for name in loggers})
             payload.setdefault("epoch", self.state.epoch)
             self.accelerator.log(payload, step=self.state.global_step if step is None else step,
-                                 log_kwargs=_OWN_ROW if new_row else None)
+                                 log_kwargs=log_kwargs or None)
 
     def end_failed_run(self) -> None:
         """A run raised: ``finalize("failed")`` to the listening trackers (Lightning's call), then finish every tracker
         (even if a logger's ``finalize`` raised), so their files are complete."""
         try:
             self.run_ended("failed")
-            if self.enabled and self.accelerator.is_main_process and not self.finished:
-                for logger in self.direct_loggers:  # a built-in logger's finalize finishes its tracker
-                    logger.finalize("failed")
         finally:
             self.finish()
 
