@@ -79,6 +79,15 @@ class RunningStage(LightningEnum):
     def evaluating(self) -> bool:
         return self in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
 
+    @classmethod
+    def of(cls, fn: str) -> RunningStage:
+        """The stage an entry point starts in (``"fit"``: training), set before its ``setup`` hooks, as Lightning.
+
+        >>> RunningStage.of("fit").value, RunningStage.of("test").value
+        ('train', 'test')
+        """
+        return cls.TRAINING if fn == "fit" else cls(fn)
+
     @property
     def dataloader_prefix(self) -> str:
         """The prefix of the loader hooks of this stage (``val_dataloader`` for validation and sanity check)."""

@@ -501,7 +501,7 @@ class Trainer:
         """Attach the module, resolve its hooks and run ``stage`` inside ``run_scope`` (set-up, tear-down, failure)."""
         module = lend_logging(self._attach(module, datamodule, stage), self.attached.callbacks)
         self._hooks = hooks = HookTable(self, module, self.attached.callbacks, TrainModule, self.profiler)
-        self.state.fn, self.state.status = TrainerFn(stage), TrainerStatus.RUNNING
+        self.state.fn, self.state.status, self.state.stage = TrainerFn(stage), TrainerStatus.RUNNING, RunningStage.of(stage)
         self.metric_logger.clear_results()  # as Lightning: each run starts without the last run's metrics
         try:
             with run_scope(stage, hooks, module, datamodule, self.accelerator, self.trackers,

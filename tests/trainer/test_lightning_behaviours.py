@@ -212,3 +212,32 @@ def _walk(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [x for v in value for x in _walk(v)]
     return [value]
+
+
+def test_setup_gets_a_trainer_fn_and_the_stage_is_set_before_it_and_metrics_reset_once_per_epoch() -> None:
+    # Lightning 2.6.6 (tests_pytorch/trainer/logging_/test_logger_connector.py::test_metrics_reset): setup(stage)
+    # receives a TrainerFn (stage.value works), trainer.state.stage is already the running stage, and a logged
+    # torchmetrics Metric is reset once at each epoch end.
+    from torchmetrics.classification import BinaryAccuracy
+
+    from trainer.states import RunningStage, TrainerFn
+
+    seen: list[Any] = []
+    resets: list[int] = []
+
+    class Model(Regressor):
+        def setup(self, stage: str) -> None:
+            seen.append((stage, stage.value, self.trainer.state.stage))  # type: ignore[attr-defined]
+            self.acc = BinaryAccuracy()
+            reset = self.acc.reset
+            self.acc.reset = lambda: (resets.append(1), reset())[1]  # type: ignore[method-assign]
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.acc(torch.rand(4), torch.randint(0, 2, (4,)))
+            resets.clear()  # forward resets its batch state: count only what the trainer does
+            self.log("acc", self.acc)
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(**{**QUIET, "max_epochs": 1})
+    trainer.fit(Model(), data(8, 4))
+    assert seen == [(TrainerFn.FITTING, "fit", RunningStage.TRAINING)] and resets == [1]

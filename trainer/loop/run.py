@@ -23,6 +23,7 @@ from trainer.metrics.tracking import TrackerLink
 from trainer.module import TrainModule
 from trainer.plugins.environments import ClusterEnvironment
 from trainer.profiling import datamodule_hook, run_profiler
+from trainer.states import TrainerFn
 
 EXIT_GRACE_S = 5.0  # after a failure on one of several ranks, the most this process lives on (as ember launch)
 
@@ -123,13 +124,14 @@ def _run_body(stage: str, hooks: HookTable, module: TrainModule, datamodule: Any
         if accelerator.is_local_main_process and overrides(module, TrainModule, "prepare_data"):
             module.prepare_data()
         accelerator.wait_for_everyone()
+        fn = TrainerFn(stage)  # Lightning passes a TrainerFn (a str enum: == "fit" holds, and it has .value)
         if datamodule is not None:
-            datamodule_hook(hooks.profiler, datamodule, "setup")(stage=stage)
-        hooks.call("setup", stage=stage)
+            datamodule_hook(hooks.profiler, datamodule, "setup")(stage=fn)
+        hooks.call("setup", stage=fn)
         yield
         if datamodule is not None:
-            datamodule_hook(hooks.profiler, datamodule, "teardown")(stage=stage)
-        hooks.call("teardown", stage=stage)
+            datamodule_hook(hooks.profiler, datamodule, "teardown")(stage=fn)
+        hooks.call("teardown", stage=fn)
         trackers.run_ended("success")  # Lightning finalizes its loggers after each run's teardown
     except BaseException as error:
         # torchrun's agent SIGTERMs the surviving ranks as soon as one dies; held until this rank has said where

@@ -71,6 +71,7 @@ class _Metric:
     weight: float = 0.0
     dirty: bool = False  # epoch values were added since the last end_epoch
     metric: Any = None  # a torchmetrics Metric logged under this name: it accumulates and syncs its own state
+    metric_reset: bool = False  # the Metric was reset after this epoch's end hooks already
     dataloader_idx: int | None = None  # the evaluation loader it was first logged in (several loaders), else None
 
     def fold(self) -> None:
@@ -101,8 +102,9 @@ class _Metric:
         self.values.clear()
         self.weights.clear()
         self.total, self.weight, self.dirty = None, 0.0, False
-        if self.metric is not None:
+        if self.metric is not None and not self.metric_reset:  # once per epoch end, as Lightning
             self.metric.reset()
+        self.metric_reset = False
 
 
 class MetricLogger:
@@ -415,6 +417,7 @@ class MetricLogger:
         for record in self._records.values():
             if record.metric is not None:
                 record.metric.reset()
+                record.metric_reset = True
 
     def clear_results(self) -> None:
         """Forget the public results (``callback_metrics`` & co.): a new ``validate`` / ``test`` run starts."""
