@@ -121,7 +121,8 @@ def test_bad_scheduler_configs() -> None:
 
 
 def test_automatic_optimization_needs_exactly_one_optimizer() -> None:
-    with pytest.raises(ValueError, match="returned 2 optimizers.*automatic_optimization = False"):
+    with pytest.raises(RuntimeError, match="only supported with manual optimization: .*returned 2 optimizers.*"
+                                           "automatic_optimization = False"):
         fit(_module_returning(lambda m: [_opt(m), _opt(m)]), max_epochs=1)
 
 
