@@ -35,6 +35,7 @@ def test_simple_profiler_times_every_kind_of_action(tmp_path: Any, capsys: pytes
     assert calls["validation_step"] == 4 and calls["save_checkpoint"] == 2
     assert calls["[Callback]ModelCheckpoint.on_train_batch_end"] == 8
     assert calls["[Callback]ModelCheckpoint.setup"] == 1
+    assert calls["[LightningModule]Regressor.configure_optimizers"] == 1  # Lightning's label for module hooks
     printed = capsys.readouterr().out
     assert "FIT Profiler Report" in printed and "run_training_batch" in printed
     path = os.path.join(str(tmp_path), "fit-profiler-0.txt")

@@ -31,7 +31,7 @@ class HookTable:
         callbacks: in calling order.
         module_base: the class whose hook methods count as "not overridden" (``TrainModule``).
         profiler: a ``trainer.profiling.Profiler``: every overrider is then timed as ``[Callback]{class}.{hook}``
-            / ``[TrainModule]{class}.{hook}``, and the loops read it here to time their steps.
+            / ``[LightningModule]{class}.{hook}``, and the loops read it here to time their steps.
 
     Example:
         >>> class Echo(Callback):
@@ -65,7 +65,7 @@ class HookTable:
                 self._callbacks[name] = tuple(profiler.wrap(f"[Callback]{type(cb).__name__}.{name}", hook)
                                               for cb, hook in zip(self._owners[name], self._callbacks[name]))
                 if self._module[name] is not None:
-                    action = f"[TrainModule]{type(module).__name__}.{name}"
+                    action = f"[LightningModule]{type(module).__name__}.{name}"  # Lightning's label
                     self._module[name] = profiler.wrap(action, self._module[name])
             module_hook = self._module[name]
             self.overriders[name] = self._callbacks[name] + ((module_hook,) if module_hook else ())

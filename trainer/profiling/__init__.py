@@ -1,6 +1,6 @@
 """Profilers with Lightning's names: ``Trainer(profiler="simple" | "advanced" | "pytorch" | a Profiler)``.
 
-Actions the trainer times: every overridden hook (``[Callback]{class}.{hook}``, ``[TrainModule]{class}.{hook}``),
+Actions the trainer times: every overridden hook (``[Callback]{class}.{hook}``, ``[LightningModule]{class}.{hook}``),
 the data module's ``prepare_data`` / ``setup`` / ``teardown`` / ``state_dict`` / ``load_state_dict`` /
 ``on_exception`` (``[LightningDataModule]{class}.{hook}``, Lightning's name),
 ``run_training_batch``, ``train_dataloader_next``, ``optimizer_step``, the evaluation steps and data fetches
