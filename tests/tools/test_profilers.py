@@ -35,7 +35,6 @@ def test_simple_profiler_times_every_kind_of_action(tmp_path: Any, capsys: pytes
     assert calls["validation_step"] == 4 and calls["save_checkpoint"] == 2
     assert calls["[Callback]ModelCheckpoint.on_train_batch_end"] == 8
     assert calls["[Callback]ModelCheckpoint.setup"] == 1
-    assert calls["[LightningModule]Regressor.configure_optimizers"] == 1  # Lightning's label for module hooks
     printed = capsys.readouterr().out
     assert "FIT Profiler Report" in printed and "run_training_batch" in printed
     path = os.path.join(str(tmp_path), "fit-profiler-0.txt")
@@ -125,3 +124,13 @@ def test_one_file_per_rank_and_the_summary_printed_once(tmp_path: Any, run_distr
     assert "FIT Profiler Report" in out0 and "Profiler Report" not in out1
     with open(tmp_path / "fit-profiler-1.txt") as handle:
         assert "run_training_batch" in handle.read()
+
+
+def test_module_hooks_are_timed_under_lightnings_label(tmp_path: Any) -> None:
+    class Hooked(Regressor):
+        def on_train_epoch_end(self) -> None:
+            pass
+
+    trainer = Trainer(**{**QUIET, "log_with": None}, project_dir=str(tmp_path), max_epochs=2, profiler="simple")
+    trainer.fit(Hooked(), data(n=8, batch_size=4))
+    assert len(trainer.profiler.recorded_durations["[LightningModule]Hooked.on_train_epoch_end"]) == 2
