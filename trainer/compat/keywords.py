@@ -35,6 +35,7 @@ from typing import Any, TypeVar, cast
 import torch
 
 from callbacks import Callback, ModelCheckpoint
+from callbacks.exceptions import MisconfigurationException
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
 from trainer.compat.spawn import SpawnLauncher, in_process_launcher
@@ -69,8 +70,17 @@ class LightningChoices:
 
     def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
-        and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``."""
+        and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``.
+
+        A ``ModelCheckpoint`` given with checkpointing off (``enable_checkpointing=False``, or ``barebones``) is a
+        contradiction, refused as Lightning does rather than silently saving or silently not."""
         given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
+        found = [c for c in given if isinstance(c, ModelCheckpoint)]
+        if found and not config.enable_checkpointing:
+            raise MisconfigurationException(
+                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
+                f"list (received: {type(found[0]).__name__}(dirpath={found[0].dirpath!r})): remove it, or drop "
+                "enable_checkpointing=False" + (" and barebones=True." if config.barebones else "."))
         if not config.enable_checkpointing or config.fast_dev_run or any(
                 isinstance(c, ModelCheckpoint) for c in given):
             return None
