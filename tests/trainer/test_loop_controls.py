@@ -135,6 +135,23 @@ def test_max_time_stops_at_the_next_step() -> None:
     assert trainer.global_step == 1 and trainer.state.time_elapsed >= 0.2
 
 
+def test_max_time_shows_a_timer_that_leaves_the_stop_to_the_trainer() -> None:
+    # Lightning adds a Timer for max_time; the trainer's clock still enforces the limit (its stop saves the
+    # resumable checkpoint), so the visible Timer must not stop the run itself.
+    from callbacks import Timer
+
+    trainer = Trainer(**QUIET, max_time={"seconds": 1337}, max_epochs=2)
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0]._duration == 1337
+    timers[0]._duration = 0.0  # spent at once: were it enforcing, the run would stop after its first step
+    trainer.fit(Regressor(), data(n=16))
+    assert trainer.global_step == 8 and timers[0].time_remaining() < 0
+    given = Timer(duration="00:00:00:05")
+    trainer = Trainer(**QUIET, max_time={"seconds": 1337}, callbacks=[given])
+    assert [c for c in trainer.callbacks if isinstance(c, Timer)] == [given]  # a given Timer: none added
+    assert not any(isinstance(c, Timer) for c in Trainer(**QUIET).callbacks)
+
+
 class SeenIndices(Regressor):
     def __init__(self) -> None:
         super().__init__(features=1)

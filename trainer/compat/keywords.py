@@ -38,6 +38,7 @@ from callbacks import Callback, ModelCheckpoint
 from callbacks.exceptions import MisconfigurationException
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
+from trainer.compat.max_time import max_time_timer
 from trainer.compat.spawn import SpawnLauncher, in_process_launcher
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.adapter import LoggerTracker, is_logger_like, lightning_run_folder, not_a_logger
@@ -67,6 +68,13 @@ class LightningChoices:
     cluster: ClusterEnvironment | None = None  # plugins=[...]'s environment, or SLURM's when detected
     # "ddp_spawn" / "ddp_fork" / "ddp_notebook" in a plain process: each call starts the workers (not the script).
     launcher: SpawnLauncher | None = None
+
+    def default_callbacks(self, config: Any) -> list[Callback]:
+        """The callbacks Lightning adds by itself: a ``Timer`` for ``max_time``, then the default
+        ``ModelCheckpoint`` (see ``default_checkpoint``)."""
+        given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
+        added = [max_time_timer(config, given), self.default_checkpoint(config)]
+        return [callback for callback in added if callback is not None]
 
     def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
