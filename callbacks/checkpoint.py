@@ -534,14 +534,16 @@ class ModelCheckpoint(Callback):
         resumed run's folders are, so the copy ranks, keeps and deletes its own checkpoints, never the original's.
         """
         directory = self.dirpath or ""
-        score = None if self.current_score is None else float(self.current_score)
         return {"monitor": self.monitor, "mode": self.mode, "relative": True,
                 "dirpath": relative(directory, self._run_dir or os.getcwd()),
                 "best_k_models": {relative(p, directory): s for p, s in self._scores.items()},
                 "unranked": [relative(p, directory) for p in self._unranked],
                 "best_model_path": relative(self.best_model_path, directory),
                 "last_model_path": relative(self.last_model_path, directory),
-                "current_score": score, "last_global_step_saved": self._last_global_step_saved,
+                # A tensor, as Lightning stores it: its value compares equal to the logged number (a float of the
+                # float32 value would not: 0.10000000149 != 0.1); torch.load(weights_only=True) reads it.
+                "current_score": None if self.current_score is None else self.current_score.clone(),
+                "last_global_step_saved": self._last_global_step_saved,
                 "pending_removal": [relative(p, directory) for p in self._pending_removal],
                 # Lightning's own keys, so Lightning's ModelCheckpoint reads this state from a .ckpt file.
                 "best_model_score": self.best_model_score, "kth_value": self.kth_value,
@@ -584,7 +586,7 @@ class ModelCheckpoint(Callback):
         if state_dict.get("last_kept") is False:  # an older checkpoint: its newest folder was not kept as last
             self.last_model_path = ""
         score = state_dict["current_score"]
-        self.current_score = None if score is None else torch.tensor(score)
+        self.current_score = None if score is None else torch.as_tensor(score).clone()
         self._last_global_step_saved = int(state_dict["last_global_step_saved"])
         # Folders a crash left behind before they were deleted go with the next save.
         self._pending_removal = [path(p) for p in state_dict["pending_removal"]]

@@ -97,11 +97,21 @@ class ProgressBar(Callback):
     @property
     def trainer(self) -> TrainerView:
         """The trainer of the current (or last) run."""
-        trainer = self._trainer_ref() if self._trainer_ref is not None else None
+        trainer = self._trainer
         if trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer: its trainer is known from "
                                "the first run's setup on.")
         return trainer
+
+    @property
+    def _trainer(self) -> TrainerView | None:
+        """Lightning's attribute behind ``trainer`` (a subclass may read or set it); held weakly, so a bar kept
+        after its run does not keep the trainer alive."""
+        return self._trainer_ref() if self._trainer_ref is not None else None
+
+    @_trainer.setter
+    def _trainer(self, trainer: TrainerView | None) -> None:
+        self._trainer_ref = None if trainer is None else weakref.ref(trainer)
 
     @property
     def total_train_batches(self) -> int | float:

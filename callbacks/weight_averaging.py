@@ -289,6 +289,11 @@ class StochasticWeightAveraging(WeightAveraging):
             raise RuntimeError("swa_start is known once fit starts (swa_epoch_start is a fraction of max_epochs).")  # noqa: TRY004
         return max(self._swa_epoch_start - 1, 0)
 
+    @property
+    def n_averaged(self) -> torch.Tensor | None:
+        """How many models were averaged so far (Lightning's attribute; ``None`` before ``fit`` sets up)."""
+        return None if self._average_model is None else self._average_model.n_averaged
+
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return epoch_idx is not None and epoch_idx >= self.swa_start
 

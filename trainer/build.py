@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from callbacks import (
@@ -59,9 +60,10 @@ def build_accelerator(config: TrainerConfig, lightning: LightningChoices) -> Acc
 
 
 def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
-                    default_checkpoint: Callback | None = None) -> list[Callback]:
-    """The given callbacks, then the built-in progress bar and ``ModelSummary`` when enabled and
-    ``default_checkpoint`` (Lightning's default ``ModelCheckpoint``), checkpoints last: Lightning 2.6's order."""
+                    defaults: Sequence[Callback] = ()) -> list[Callback]:
+    """The given callbacks, then ``defaults`` (what Lightning adds: the ``max_time`` Timer, the default
+    ``ModelCheckpoint``), the built-in progress bar and ``ModelSummary`` when enabled, checkpoints last:
+    Lightning 2.6's order."""
     given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
     for callback in given:
         if not isinstance(callback, Callback):
@@ -75,15 +77,13 @@ def build_callbacks(callbacks: Any, progress_bar: bool, model_summary: bool,
     if has_bar and not progress_bar:
         raise MisconfigurationException(f"Trainer was configured with `enable_progress_bar=False` but found "
                                         f"`{type(bars[0]).__name__}` in callbacks list: remove one.")
-    result = list(given)
+    result = [*given, *defaults]
     if progress_bar and not has_bar:
         result.append(TQDMProgressBar())
     if model_summary and not any(isinstance(c, ModelSummary) for c in given):
         # Lightning's pairing: a rich bar gets the rich summary.
         rich = any(isinstance(c, RichProgressBar) for c in bars)
         result.append(RichModelSummary() if rich else ModelSummary())
-    if default_checkpoint is not None:
-        result.append(default_checkpoint)
     check_state_keys(result)
     return checkpoints_last(result)
 

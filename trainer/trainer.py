@@ -137,7 +137,7 @@ class Trainer:
         # Lightning's trainer.strategy (DDPStrategy / FSDPStrategy / ...), set up: e.g. ModelParallelStrategy's mesh.
         self.strategy = lightning.strategy.connect(self)
         callbacks = build_callbacks(config.callbacks, bool(config.enable_progress_bar),
-                                    bool(config.enable_model_summary), lightning.default_checkpoint(config))
+                                    bool(config.enable_model_summary), lightning.default_callbacks(config))
         self.attached = Attached(callbacks)
         self.state = TrainState()
         self.metric_logger = MetricLogger(acc.num_processes, acc.reduce, acc.gather)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks import Callback
+from callbacks import Callback, ModelCheckpoint
 from callbacks.base import HOOK_NAMES
 from trackers import GeneralTracker
 from trainer import Trainer, TrainModule
@@ -16,6 +16,14 @@ from trainer import Trainer, TrainModule
 # Keyword arguments that keep a test Trainer quiet and free of files.
 QUIET: dict[str, Any] = {"log_with": None, "enable_progress_bar": False, "enable_model_summary": False,
                          "num_sanity_val_steps": 0, "enable_checkpointing": False}
+# QUIET for a trainer given its own ModelCheckpoint: Lightning refuses one with enable_checkpointing=False, and
+# none is added when one is given.
+SAVING: dict[str, Any] = {k: v for k, v in QUIET.items() if k != "enable_checkpointing"}
+
+
+def quiet(callbacks: Any = ()) -> dict[str, Any]:
+    """QUIET, or SAVING when ``callbacks`` hold a ModelCheckpoint."""
+    return SAVING if any(isinstance(c, ModelCheckpoint) for c in callbacks or ()) else QUIET
 
 
 def data(n: int = 16, batch_size: int = 4, features: int = 3, seed: int = 0, shuffle: bool = False) -> DataLoader:

@@ -10,7 +10,7 @@ import torch
 
 from callbacks import ModelCheckpoint
 from callbacks.exceptions import MisconfigurationException
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, data
 from trainer import Trainer
 
 NOISY = [0.30, 0.55, 0.41, 0.62, 0.18, 0.60, 0.35, 0.71, 0.05, 0.58]  # one value per epoch
@@ -25,7 +25,7 @@ class Noisy(Regressor):
 
 def _fit(directory: str, max_epochs: int, ckpt_path: str | None = None, **checkpoint: Any) -> ModelCheckpoint:
     callback = ModelCheckpoint(dirpath=directory, **checkpoint)
-    trainer = Trainer(**QUIET, max_epochs=max_epochs, callbacks=[callback], seed=0)
+    trainer = Trainer(**SAVING, max_epochs=max_epochs, callbacks=[callback], seed=0)
     trainer.fit(Noisy(), data(n=8), data(n=4), ckpt_path=ckpt_path)
     return callback
 
@@ -78,7 +78,7 @@ class StepScore(Regressor):
 def test_a_step_checkpoint_is_taken_after_that_steps_validation(tmp_path: Any) -> None:
     callback = ModelCheckpoint(dirpath=str(tmp_path), monitor="val/step", mode="max", save_top_k=-1,
                                every_n_train_steps=2)
-    Trainer(**QUIET, max_epochs=1, val_check_interval=2, callbacks=[callback]).fit(StepScore(), data(n=32),
+    Trainer(**SAVING, max_epochs=1, val_check_interval=2, callbacks=[callback]).fit(StepScore(), data(n=32),
                                                                                     data(n=4))
     scores = {os.path.basename(p): float(s) for p, s in callback.best_k_models.items()}
     # Each value is from its own step's validation (8 steps, validated every 2): never the previous one.
@@ -89,7 +89,7 @@ def test_a_stale_validation_value_is_never_ranked(tmp_path: Any) -> None:
     callback = ModelCheckpoint(dirpath=str(tmp_path), monitor="val/step", mode="max", save_top_k=-1,
                                every_n_train_steps=1, save_last=True)
     with pytest.warns(UserWarning, match="no validation ran at step 1, so its checkpoint is not ranked"):
-        Trainer(**QUIET, max_epochs=1, val_check_interval=2, callbacks=[callback]).fit(StepScore(), data(n=16),
+        Trainer(**SAVING, max_epochs=1, val_check_interval=2, callbacks=[callback]).fit(StepScore(), data(n=16),
                                                                                         data(n=4))
     assert sorted(float(s) for s in callback.best_k_models.values()) == [2.0, 4.0]
     assert os.path.basename(callback.last_model_path) == "last.ckpt"  # the newest position, step 4
@@ -97,10 +97,10 @@ def test_a_stale_validation_value_is_never_ranked(tmp_path: Any) -> None:
 
 
 def test_last_finds_the_newest_checkpoint_in_a_custom_dirpath(tmp_path: Any) -> None:
-    first = Trainer(**QUIET, max_epochs=2, project_dir=str(tmp_path / "project"),
+    first = Trainer(**SAVING, max_epochs=2, project_dir=str(tmp_path / "project"),
                     callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "elsewhere"), save_top_k=-1)])
     first.fit(Regressor(), data(n=8))
-    again = Trainer(**QUIET, max_epochs=3, project_dir=str(tmp_path / "project"),
+    again = Trainer(**SAVING, max_epochs=3, project_dir=str(tmp_path / "project"),
                     callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "elsewhere"), save_top_k=-1)])
     again.fit(Regressor(), data(n=8), ckpt_path="last")
     assert again.global_step == 6 and again.checkpoint_callback is not None
@@ -112,7 +112,7 @@ def test_a_monitor_that_is_never_logged_names_the_logged_metrics(tmp_path: Any) 
     with pytest.raises(MisconfigurationException, match=r"monitor='val/acc'\)` could not find the monitored key in "
                                                         r"the returned metrics: \['epoch', 'step', 'train/loss', "
                                                         r"'val/loss'\]"):
-        Trainer(**QUIET, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=8), data(n=4))
+        Trainer(**SAVING, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=8), data(n=4))
     assert os.listdir(tmp_path) == []
 
 
@@ -156,7 +156,7 @@ def test_train_time_interval_saves_once_per_interval(tmp_path: Any, monkeypatch:
     monkeypatch.setattr(checkpoint_module, "time", types.SimpleNamespace(monotonic=lambda: 7.0 * next(reads)))
     callback = ModelCheckpoint(dirpath=str(tmp_path), filename="{epoch}-{step}",
                                train_time_interval=datetime.timedelta(minutes=1), save_top_k=-1)
-    Trainer(**QUIET, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=64, batch_size=4))
+    Trainer(**SAVING, max_epochs=2, callbacks=[callback]).fit(Regressor(), data(n=64, batch_size=4))
     assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=9.ckpt", "epoch=1-step=18.ckpt", "epoch=1-step=27.ckpt"]
 
 
@@ -166,7 +166,7 @@ def test_a_zero_train_time_interval_saves_at_every_step(tmp_path: Any) -> None:
 
     callback = ModelCheckpoint(dirpath=str(tmp_path), filename="{step}", save_top_k=-1,
                                train_time_interval=datetime.timedelta(0))
-    Trainer(**QUIET, max_epochs=1, callbacks=[callback]).fit(Regressor(), data(n=16, batch_size=4))
+    Trainer(**SAVING, max_epochs=1, callbacks=[callback]).fit(Regressor(), data(n=16, batch_size=4))
     assert sorted(os.listdir(tmp_path)) == [f"step={n}.ckpt" for n in (1, 2, 3, 4)]
 
 
@@ -182,11 +182,11 @@ def test_a_resume_into_another_dirpath_never_deletes_the_earlier_runs_checkpoint
     """As Lightning: the restored last_model_path names the earlier folder's last.ckpt; it stays."""
     old, new = tmp_path / "checkpoints", tmp_path / "new"
     options = {"save_last": True, "save_top_k": -1, "every_n_train_steps": 2, "filename": "{step}"}
-    Trainer(**{**QUIET, "max_epochs": 1, "callbacks": [ModelCheckpoint(dirpath=old, **options)]}).fit(
+    Trainer(**{**SAVING, "max_epochs": 1, "callbacks": [ModelCheckpoint(dirpath=old, **options)]}).fit(
         Regressor(), data())
     assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
     with pytest.warns(UserWarning, match="dirpath has changed"):
-        Trainer(**{**QUIET, "max_epochs": 2, "callbacks": [ModelCheckpoint(dirpath=new, **options)]}).fit(
+        Trainer(**{**SAVING, "max_epochs": 2, "callbacks": [ModelCheckpoint(dirpath=new, **options)]}).fit(
             Regressor(), data(), ckpt_path=str(old / "step=2.ckpt"))
     assert set(os.listdir(old)) == {"last.ckpt", "step=2.ckpt", "step=4.ckpt"}
     assert {"last.ckpt", "step=8.ckpt"} <= set(os.listdir(new))
@@ -196,5 +196,5 @@ def test_a_monitor_missing_before_any_validation_warns_and_ranks_nothing(tmp_pat
     # Lightning 2.6.6: the error only once a validation ran (every metric was logged by then); before, a warning.
     callback = ModelCheckpoint(dirpath=str(tmp_path), monitor="global_step")
     with pytest.warns(UserWarning, match=r"monitor='global_step'\)` could not find the monitored key.*not ranked"):
-        Trainer(**QUIET, max_steps=1, callbacks=[callback]).fit(Regressor(), data(n=8))
+        Trainer(**SAVING, max_steps=1, callbacks=[callback]).fit(Regressor(), data(n=8))
     assert callback.best_model_path == ""

@@ -16,7 +16,7 @@ from callbacks import Callback, ModelCheckpoint
 from engine import Accelerator
 from engine.checkpoint import io as checkpoint_io  # the real module: a test patches its private writer
 from engine.checkpoint.io import CheckpointError
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, data
 from tests.trainer.test_checkpoint import NOISY, _fit
 from tests.trainer.test_preemption import Signal
 from trainer import Trainer
@@ -83,7 +83,7 @@ def test_save_checkpoint_in_the_background_is_committed_when_fit_returns(tmp_pat
 @pytest.mark.parametrize("every", [1, 2])  # the preempted step was just saved in the background, or not
 def test_the_preemption_save_is_synchronous(tmp_path: Any, save_calls: list[bool], every: int) -> None:
     callback = ModelCheckpoint(every_n_train_steps=every, async_save=True)
-    trainer = Trainer(**QUIET, max_epochs=2, accumulate_grad_batches=2, seed=0, project_dir=str(tmp_path),
+    trainer = Trainer(**SAVING, max_epochs=2, accumulate_grad_batches=2, seed=0, project_dir=str(tmp_path),
                       callbacks=[callback, Signal(at=5)])
     with pytest.raises(SystemExit):
         trainer.fit(Regressor(), data(n=24))
@@ -105,7 +105,7 @@ def test_a_failed_background_write_is_raised_by_fit(tmp_path: Any, monkeypatch: 
 
     monkeypatch.setattr(checkpoint_io, "_write_all", full)
     callback = ModelCheckpoint(dirpath=str(tmp_path), async_save=True)
-    trainer = Trainer(**QUIET, max_epochs=1, seed=0, callbacks=[callback])
+    trainer = Trainer(**SAVING, max_epochs=1, seed=0, callbacks=[callback])
     with pytest.raises(CheckpointError, match=r"asynchronous save of checkpoint .*epoch=0-step=2.ckpt failed.*No space"):
         trainer.fit(Regressor(), data(n=8))
     assert os.listdir(tmp_path) == []

@@ -128,6 +128,31 @@ def test_a_hook_returning_none_is_refused_naming_it() -> None:
         Trainer(**QUIET, max_epochs=1).fit(Nothing(), data())
 
 
+def test_an_empty_list_of_loaders_runs_no_batches() -> None:
+    # Lightning: a *_dataloader() hook returning [] is no loaders (not a dataset of no samples): fit trains without
+    # validating, and validate() / test() / predict() run no batches.
+    class NoLoaders(Regressor):
+        def val_dataloader(self) -> Any:
+            return []
+
+        def test_dataloader(self) -> Any:
+            return []
+
+    class Count(Callback):
+        batches = 0
+
+        def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
+            self.batches += 1
+
+    count = Count()
+    trainer = Trainer(**{**QUIET, "num_sanity_val_steps": 2}, max_epochs=1, callbacks=[count])
+    trainer.fit(NoLoaders(), data(n=8))
+    assert trainer.global_step == 2 and count.batches == 0 and trainer.val_dataloaders == []
+    trainer.validate(NoLoaders(), verbose=False)
+    trainer.test(NoLoaders(), verbose=False)
+    assert count.batches == 0 and trainer.predict(Regressor(), dataloaders=[]) == []
+
+
 @pytest.mark.parametrize("entry", ["fit", "validate", "test", "predict"])
 def test_no_data_at_all_is_lightnings_type_error_and_a_value_error(entry: str) -> None:
     module = Regressor()

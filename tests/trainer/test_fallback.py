@@ -14,14 +14,14 @@ import torch
 
 from callbacks import ModelCheckpoint
 from engine.checkpoint.io import CheckpointError, CorruptCheckpointError
-from tests.trainer.helpers import QUIET, Regressor, damage, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, damage, data
 from trainer import Trainer
 from trainer.checkpoint.identity import read_identity
 
 
 def _fit(project: Path, max_epochs: int, ckpt_path: str | None = None) -> Regressor:
     checkpoint = ModelCheckpoint(save_top_k=-1, filename="{epoch}")  # every epoch's checkpoint is kept
-    trainer = Trainer(**QUIET, max_epochs=max_epochs, seed=0, project_dir=str(project), callbacks=[checkpoint])
+    trainer = Trainer(**SAVING, max_epochs=max_epochs, seed=0, project_dir=str(project), callbacks=[checkpoint])
     torch.manual_seed(0)
     module = Regressor()  # the same initial weights in every run
     trainer.fit(module, data(n=16, batch_size=4, shuffle=True), data(n=8), ckpt_path=ckpt_path)
@@ -71,7 +71,7 @@ class Other(Regressor):
 
 def _run(project: Path, module: Regressor, max_epochs: int, prefix: str, ckpt_path: str | None = None) -> Trainer:
     checkpoint = ModelCheckpoint(save_top_k=-1, filename=prefix + "-{epoch}")
-    trainer = Trainer(**QUIET, max_epochs=max_epochs, seed=0, project_dir=str(project), callbacks=[checkpoint])
+    trainer = Trainer(**SAVING, max_epochs=max_epochs, seed=0, project_dir=str(project), callbacks=[checkpoint])
     trainer.fit(module, data(n=16, batch_size=4), data(n=8), ckpt_path=ckpt_path)
     return trainer
 

@@ -170,8 +170,8 @@ def _checkpointed_fit(litlogger: types.ModuleType, tmp_path: Path, save_top_k: i
         def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
             uploads_at_save.append(litlogger.Model.call_count)
 
-    trainer = Trainer(**QUIET_LOGGER, default_root_dir=tmp_path, max_epochs=3, log_every_n_steps=1, logger=logger,
-                      callbacks=[checkpoint, Watch()])
+    trainer = Trainer(**{**QUIET_LOGGER, "enable_checkpointing": True}, default_root_dir=tmp_path, max_epochs=3,
+                      log_every_n_steps=1, logger=logger, callbacks=[checkpoint, Watch()])
     trainer.fit(Regressor(), data(n=4))
     return checkpoint, uploads_at_save
 

@@ -73,17 +73,18 @@ def test_limit_batches_int_float_and_zero() -> None:
     assert len(trainer.predict(Regressor(), data(n=32))) == 4
 
 
-@pytest.mark.parametrize("kwargs, steps", [
-    ({"val_check_interval": 2}, [2, 4, 6, 8, 10, 12]),
-    ({"val_check_interval": 0.5}, [3, 6, 9, 12]),
-    ({"val_check_interval": 1.0}, [6, 12]),
-    ({"check_val_every_n_epoch": 2}, [12]),
-    ({"check_val_every_n_epoch": None, "val_check_interval": 4}, [4, 8, 12]),
+@pytest.mark.parametrize("kwargs, steps, every", [
+    ({"val_check_interval": 2}, [2, 4, 6, 8, 10, 12], 2),
+    ({"val_check_interval": 0.5}, [3, 6, 9, 12], 3),
+    ({"val_check_interval": 1.0}, [6, 12], 6),
+    ({"check_val_every_n_epoch": 2}, [12], 6),
+    ({"check_val_every_n_epoch": None, "val_check_interval": 4}, [4, 8, 12], 4),
 ])
-def test_validation_timing(kwargs: dict[str, Any], steps: list[int]) -> None:
+def test_validation_timing(kwargs: dict[str, Any], steps: list[int], every: int) -> None:
     validation = ValidationSteps()
-    fit(Regressor(), data(n=24), data(n=8), max_epochs=2, callbacks=[validation], **kwargs)  # 6 batches / epoch
+    trainer = fit(Regressor(), data(n=24), data(n=8), max_epochs=2, callbacks=[validation], **kwargs)  # 6 / epoch
     assert validation.steps == steps
+    assert trainer.val_check_batch == every  # Lightning's name for the interval in batches
 
 
 def test_validation_once_per_epoch_for_a_loader_without_length() -> None:
@@ -96,7 +97,7 @@ def test_validation_once_per_epoch_for_a_loader_without_length() -> None:
 
     validation = ValidationSteps()
     trainer = fit(Regressor(), DataLoader(Stream(), batch_size=4), data(n=8), max_epochs=2, callbacks=[validation])
-    assert trainer.num_training_batches is None
+    assert trainer.num_training_batches is None and trainer.val_check_batch == float("inf")
     assert validation.steps == [3, 6]
 
 
@@ -132,6 +133,23 @@ def test_max_time_stops_at_the_next_step() -> None:
 
     trainer = fit(Regressor(), data(n=16), max_epochs=5, max_time=0.2, callbacks=[Slow()])
     assert trainer.global_step == 1 and trainer.state.time_elapsed >= 0.2
+
+
+def test_max_time_shows_a_timer_that_leaves_the_stop_to_the_trainer() -> None:
+    # Lightning adds a Timer for max_time; the trainer's clock still enforces the limit (its stop saves the
+    # resumable checkpoint), so the visible Timer must not stop the run itself.
+    from callbacks import Timer
+
+    trainer = Trainer(**QUIET, max_time={"seconds": 1337}, max_epochs=2)
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0]._duration == 1337
+    timers[0]._duration = 0.0  # spent at once: were it enforcing, the run would stop after its first step
+    trainer.fit(Regressor(), data(n=16))
+    assert trainer.global_step == 8 and timers[0].time_remaining() < 0
+    given = Timer(duration="00:00:00:05")
+    trainer = Trainer(**QUIET, max_time={"seconds": 1337}, callbacks=[given])
+    assert [c for c in trainer.callbacks if isinstance(c, Timer)] == [given]  # a given Timer: none added
+    assert not any(isinstance(c, Timer) for c in Trainer(**QUIET).callbacks)
 
 
 class SeenIndices(Regressor):
@@ -251,5 +269,6 @@ def test_val_check_interval_as_a_time(monkeypatch: pytest.MonkeyPatch, interval:
     recorder = Recorder()
     trainer = fit(Regressor(), data(n=24), data(n=4), max_epochs=1, val_check_interval=interval, callbacks=[recorder])
     assert trainer.global_step == 6 and _count(recorder, "on_validation_start") == 3
+    assert trainer.val_check_batch is None  # no batch count: a time decides
     with pytest.raises(ValueError, match="must be a positive time"):
         Trainer(**QUIET, val_check_interval="00:00:00:00")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from callbacks import Callback, ModelCheckpoint
-from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data
+from tests.trainer.helpers import QUIET, MemoryTracker, Regressor, data, quiet
 from trainer import Trainer
 from trainer.loop.signals import Preempted
 
@@ -35,7 +35,7 @@ class Finishes(MemoryTracker):
 
 
 def _trainer(tmp_path: Any, **kwargs: Any) -> Trainer:
-    return Trainer(**{**QUIET, "max_epochs": 2, "accumulate_grad_batches": 2, "seed": 0,
+    return Trainer(**{**quiet(kwargs.get("callbacks")), "max_epochs": 2, "accumulate_grad_batches": 2, "seed": 0,
                       "project_dir": str(tmp_path), **kwargs})
 
 

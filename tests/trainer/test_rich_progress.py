@@ -174,3 +174,16 @@ def test_the_rich_summary_formats_the_size_with_separators() -> None:
         RichModelSummary.summarize([(" ", ["0"]), ("Name", ["layer"])], 1, 1, 5500.0, {"train": 1}, 0)
     assert "Total estimated model params size (MB): 5,500.000" in out.getvalue()
     assert "Total FLOPs: 0" in out.getvalue()
+
+
+def test_a_trainer_set_through_lightnings_attribute_is_the_bars_trainer() -> None:
+    # Lightning's ProgressBar keeps its trainer in `_trainer`; a subclass (or a test) may set it before any run.
+    bar = RichProgressBar()
+    trainer = mock.Mock(max_epochs=1)
+    bar._trainer = trainer
+    assert bar.trainer is trainer
+    description = bar._get_train_description(current_epoch=0)
+    assert "Epoch 0/0" in description and len(description) == len(bar.validation_description)
+    bar._trainer = None
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        _ = bar.trainer

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import Regressor, data, quiet
 from tests.trainer.test_preemption import Signal  # sends a signal at one micro-step, as SLURM would
 from trainer import Trainer
 from trainer.loop.signals import Preempted
@@ -44,7 +44,7 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _trainer(root: Path, **kwargs: Any) -> Trainer:
-    return Trainer(**{**QUIET, "max_epochs": 2, "seed": 0, "project_dir": str(root / "run"), **kwargs})
+    return Trainer(**{**quiet(kwargs.get("callbacks")), "max_epochs": 2, "seed": 0, "project_dir": str(root / "run"), **kwargs})
 
 
 def _calls(root: Path) -> list[str]:

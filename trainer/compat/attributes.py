@@ -129,6 +129,16 @@ def _first(kind: type) -> Callable[[Any], Any]:
     return read
 
 
+def _val_check_batch(trainer: Any) -> int | float | None:
+    """Lightning's ``trainer.val_check_batch``: the training batches between fit's validations, as the last fit
+    planned them; ``inf`` once per epoch over a loader without a length; ``None`` before a fit with validation and
+    for a time-based ``val_check_interval``."""
+    plan = trainer.plan
+    if plan.val_every is not None:
+        return int(plan.val_every)
+    return float("inf") if plan.val_loaders and plan.val_seconds is None else None
+
+
 def _all(kind: type) -> Callable[[Any], list[Any]]:
     """Every callback of type ``kind``, in calling order."""
     def read(obj: Any) -> list[Any]:
@@ -153,6 +163,7 @@ LIGHTNING_ATTRIBUTES: dict[str, _View] = {
     "gradient_clip_algorithm": ConfigField(),
     "val_check_interval": ConfigField(),
     "check_val_every_n_epoch": ConfigField(),
+    "val_check_batch": Computed(_val_check_batch),
     # -1 ("all of them") reads as Lightning shows it: inf.
     "num_sanity_val_steps": Computed(lambda t: float("inf") if t.config.num_sanity_val_steps == -1
                                      else t.config.num_sanity_val_steps),

@@ -35,8 +35,10 @@ from typing import Any, TypeVar, cast
 import torch
 
 from callbacks import Callback, ModelCheckpoint
+from callbacks.exceptions import MisconfigurationException
 from trackers import GeneralTracker
 from trainer.compat.launching import check_accelerator, launch_and_exit, parse_devices, processes_to_start
+from trainer.compat.max_time import max_time_timer
 from trainer.compat.spawn import SpawnLauncher, in_process_launcher
 from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
 from trainer.loggers.adapter import (
@@ -73,10 +75,26 @@ class LightningChoices:
     # "ddp_spawn" / "ddp_fork" / "ddp_notebook" in a plain process: each call starts the workers (not the script).
     launcher: SpawnLauncher | None = None
 
+    def default_callbacks(self, config: Any) -> list[Callback]:
+        """The callbacks Lightning adds by itself: a ``Timer`` for ``max_time``, then the default
+        ``ModelCheckpoint`` (see ``default_checkpoint``)."""
+        given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
+        added = [max_time_timer(config, given), self.default_checkpoint(config)]
+        return [callback for callback in added if callback is not None]
+
     def default_checkpoint(self, config: Any) -> Callback | None:
         """Lightning's default ``ModelCheckpoint`` (the newest epoch-end checkpoint kept) when checkpointing is on
-        and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``."""
+        and none was given; its folder is the trainer's default one (``checkpoint_dirs``), set at ``setup``.
+
+        A ``ModelCheckpoint`` given with checkpointing off (``enable_checkpointing=False``, or ``barebones``) is a
+        contradiction, refused as Lightning does rather than silently saving or silently not."""
         given = [config.callbacks] if isinstance(config.callbacks, Callback) else list(config.callbacks or [])
+        found = [c for c in given if isinstance(c, ModelCheckpoint)]
+        if found and not config.enable_checkpointing:
+            raise MisconfigurationException(
+                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
+                f"list (received: {type(found[0]).__name__}(dirpath={found[0].dirpath!r})): remove it, or drop "
+                "enable_checkpointing=False" + (" and barebones=True." if config.barebones else "."))
         if not config.enable_checkpointing or config.fast_dev_run or any(
                 isinstance(c, ModelCheckpoint) for c in given):
             return None

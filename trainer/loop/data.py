@@ -64,6 +64,11 @@ def is_batch_iterable(loader: Any) -> bool:
     return True
 
 
+def _empty_collection(given: Any) -> bool:
+    """An empty list, tuple or dict given as a stage's whole data: no loaders."""
+    return isinstance(given, (list, tuple, dict)) and not given
+
+
 def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module: TrainModule,
                     entry: str | None = None) -> Any:
     """The data of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``) as given: passed in, else the data
@@ -82,6 +87,8 @@ def request_loaders(kind: str, given: Any, datamodule: DataModule | None, module
         given, origin = getattr(module, method)(), f"returned from `{type(module).__name__}.{method}()`"
     elif given is None:
         return None
+    if kind != "train" and _empty_collection(given):
+        return given  # no loaders, as in Lightning: the stage runs no batches (an empty list is not a dataset here)
     for loader in given.flattened if isinstance(given, CombinedLoader) else flatten(given)[0]:
         if not is_batch_iterable(loader):  # Lightning's words first, then what to do
             found = "None" if loader is None else type(loader).__name__
@@ -114,6 +121,9 @@ def resolve_shaped(kind: str, given: Any, datamodule: DataModule | None, module:
     given = request_loaders(kind, given, datamodule, module, entry)
     if given is None:
         return [], None
+    if _empty_collection(given):
+        kind_of = "dict" if isinstance(given, dict) else "tuple" if isinstance(given, tuple) else "list"
+        return [], Shape(kind_of, type(given))
     if isinstance(given, CombinedLoader):
         if given.mode != "sequential":
             stage = {"val": "validate", "test": "test", "predict": "predict"}.get(kind, kind)

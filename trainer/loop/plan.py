@@ -347,7 +347,7 @@ class RunPlan:
         self.prepare_model(module, training=False, precision=config.resolved_precision)
         module.zero_grad()
         loaders, self.shapes[source] = resolve_shaped(source, dataloaders, datamodule, module, kind)
-        if not loaders:
+        if not loaders and self.shapes[source] is None:  # an empty list given: no batches, as in Lightning
             raise no_data(source, kind, module)
         if kind == "validate":
             self._set_val_loaders(config, loaders)
