@@ -27,7 +27,10 @@ class AttributeDict(dict):
         try:
             return self[key]
         except KeyError:
-            raise AttributeError(f"No hyper-parameter {key!r}; saved ones: {sorted(self)}.") from None
+            if key.startswith("__"):  # copy / pickle protocol lookups (__deepcopy__, ...): not a hyper-parameter
+                raise AttributeError(key) from None
+            # Names as text: Lightning allows keys of any type (an int beside strs cannot be sorted).
+            raise AttributeError(f"No hyper-parameter {key!r}; saved ones: {sorted(map(str, self))}.") from None
 
     def __setattr__(self, key: str, value: Any) -> None:
         self[key] = value

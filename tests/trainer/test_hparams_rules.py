@@ -206,3 +206,12 @@ def test_an_edited_file_is_refused_with_the_way_out_and_loads_without_its_ember_
     del raw["ember"]
     torch.save(raw, path)
     assert Regressor.load_from_checkpoint(path).hparams.lr == 0.5
+
+
+def test_hyper_parameters_with_keys_of_several_types_copy_and_name_what_is_missing() -> None:
+    import copy
+
+    module = Configured({1: 1, "two": 2})  # Lightning allows any key type
+    assert copy.deepcopy(module.hparams) == {1: 1, "two": 2}
+    with pytest.raises(AttributeError, match=r"No hyper-parameter 'three'; saved ones: \['1', 'two'\]"):
+        _ = module.hparams.three

@@ -250,3 +250,11 @@ def test_default_root_dir_expands_the_home_folder(monkeypatch: pytest.MonkeyPatc
     assert Trainer(default_root_dir="~/runs", logger=False).default_root_dir == str(tmp_path / "runs")
     assert Trainer(default_root_dir=Path("~/runs"), logger=False).default_root_dir == str(tmp_path / "runs")
     assert Trainer(project_dir="~/own", logger=False).default_root_dir == str(tmp_path / "own")
+
+
+def test_the_dummy_logger_takes_any_arguments() -> None:
+    from trainer.loggers import DummyLogger
+
+    logger = DummyLogger()
+    logger.log_hyperparams("1", 2, three="three")  # Lightning's DummyLogger accepts anything
+    logger.log_metrics("1", 2, three="three")

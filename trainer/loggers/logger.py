@@ -187,10 +187,10 @@ class DummyLogger(Logger):
     def version(self) -> str:
         return ""
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:  # any arguments, as Lightning's: it records nothing
         pass
 
-    def log_hyperparams(self, params: Any = None, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     def finalize(self, status: str) -> None:
