@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from callbacks import (
+    BaseFinetuning,
     GradientAccumulationScheduler,
     LearningRateMonitor,
     ModelSummary,
@@ -171,30 +172,34 @@ def test_a_subclass_saves_under_its_own_name_and_reads_the_base_name_of_older_ch
     assert saved_key(callback, {}) is None
 
 
+class Unfreeze(BaseFinetuning):
+    """Freezes ``net`` and adds it back to the optimizer as a group of its own at epoch 1."""
+
+    def freeze_before_training(self, pl_module: Any) -> None:
+        self.freeze(pl_module.net)
+
+    def finetune_function(self, pl_module: Any, epoch: int, optimizer: Any) -> None:
+        if epoch == 1:
+            self.unfreeze_and_add_param_group(pl_module.net, optimizer, lr=0.01)
+
+
+class Headed(Regressor):
+    """A regressor with a head: only the head trains until ``Unfreeze`` adds ``net``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+
+
 def test_base_finetuning_records_every_param_group_as_lightning() -> None:
-    from callbacks import BaseFinetuning
-
-    class Unfreeze(BaseFinetuning):
-        def freeze_before_training(self, pl_module: Any) -> None:
-            self.freeze(pl_module.net)
-
-        def finetune_function(self, pl_module: Any, epoch: int, optimizer: Any) -> None:
-            if epoch == 1:
-                self.unfreeze_and_add_param_group(pl_module.net, optimizer, lr=0.01)
-
-    class Two(Regressor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.head = torch.nn.Linear(1, 1)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.head(self.net(x))
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=0.1)
-
     callback = Unfreeze()
-    fit(Two(), data(8, 4), callbacks=[callback], max_epochs=2)
+    fit(Headed(), data(8, 4), callbacks=[callback], max_epochs=2)
     groups = callback.state_dict()["internal_optimizer_metadata"][0]
     # Lightning 2.6.6's record: every group's settings with its parameters by name, the added one after.
     assert [(g["lr"], g["params"]) for g in groups] == [(0.1, ["head.weight", "head.bias"]),
@@ -205,35 +210,16 @@ def test_base_finetuning_records_every_param_group_as_lightning() -> None:
 def test_a_resume_after_base_finetuning_added_a_group_continues_exactly(tmp_path: Any) -> None:
     # The saved optimizer state has the group the callback added; the callback adds it back before that state
     # is loaded (Lightning's order), so the resumed run matches an uninterrupted one.
-    from callbacks import BaseFinetuning, ModelCheckpoint
-
-    class Unfreeze(BaseFinetuning):
-        def freeze_before_training(self, pl_module: Any) -> None:
-            self.freeze(pl_module.net)
-
-        def finetune_function(self, pl_module: Any, epoch: int, optimizer: Any) -> None:
-            if epoch == 1:
-                self.unfreeze_and_add_param_group(pl_module.net, optimizer, lr=0.01)
-
-    class Two(Regressor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.head = torch.nn.Linear(1, 1)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.head(self.net(x))
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+    from callbacks import ModelCheckpoint
 
     torch.manual_seed(0)
-    straight = Two()
+    straight = Headed()
     fit(straight, data(8, 4), callbacks=[Unfreeze()], max_epochs=3)
     torch.manual_seed(0)
-    first = Two()
+    first = Headed()
     checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
     fit(first, data(8, 4), callbacks=[Unfreeze(), checkpoint], max_epochs=2, enable_checkpointing=True)
-    resumed = Two()
+    resumed = Headed()
     trainer = Trainer(**{**QUIET, "max_epochs": 3, "callbacks": [Unfreeze()]})
     trainer.fit(resumed, data(8, 4), ckpt_path=str(tmp_path / "last.ckpt"))
     assert len(trainer.optimizers[0].param_groups) == 2
