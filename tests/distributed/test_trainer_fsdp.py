@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import SAVING, Regressor, data
 from tests.trainer.resume_script import launch
 from tests.trainer.test_resume import assert_same_run, resumed_from
 from trainer import Trainer
@@ -30,7 +30,7 @@ def _fsdp_fit(folder: str, max_epochs: int, ckpt_path: str | None = None) -> dic
 
     accelerator = Accelerator(project_dir=folder, fsdp_plugin=FullyShardedDataParallelPlugin())
     checkpoint = ModelCheckpoint(monitor="val/score", save_top_k=2, save_last=True, filename="{epoch}")
-    quiet = {k: v for k, v in QUIET.items() if k != "log_with"}
+    quiet = {k: v for k, v in SAVING.items() if k != "log_with"}
     trainer = Trainer(**quiet, accelerator=accelerator, max_epochs=max_epochs, seed=0, callbacks=[checkpoint])
     trainer.fit(Scored(), data(n=16, batch_size=2), data(n=8, batch_size=2), ckpt_path=ckpt_path)
     trainer.save_checkpoint(os.path.join(folder, "explicit"))  # outside fit: written at once, every rank

@@ -12,7 +12,7 @@ import torch
 
 from callbacks import EarlyStopping
 from tests.conftest import run_distributed
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, data
 from tests.trainer.resume_script import launch
 from tests.trainer.test_resume import assert_same_run, resumed_from
 from trainer import Trainer
@@ -143,7 +143,7 @@ def _fit_named(project: str, name: str, max_epochs: int, prefix: str, ckpt_path:
     from tests.trainer import test_fallback
 
     checkpoint = ModelCheckpoint(save_top_k=-1, filename=prefix + "-{epoch}")
-    trainer = Trainer(**QUIET, max_epochs=max_epochs, seed=0, project_dir=project, callbacks=[checkpoint])
+    trainer = Trainer(**SAVING, max_epochs=max_epochs, seed=0, project_dir=project, callbacks=[checkpoint])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(getattr(test_fallback, name)(), data(n=16, batch_size=4), data(n=8), ckpt_path=ckpt_path)

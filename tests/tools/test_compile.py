@@ -15,7 +15,7 @@ import torch
 
 from callbacks import ModelCheckpoint
 from engine.checkpoint.io import load_safetensors
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, data
 from trainer import Trainer
 
 BACKEND = "inductor" if shutil.which(os.environ.get("CC", "cc")) else "aot_eager"
@@ -37,7 +37,7 @@ class CompiledPart(Regressor):
 
 
 def fit(module: Any, folder: str, ckpt_path: str | None = None, epochs: int = 2, **kwargs: Any) -> Trainer:
-    trainer = Trainer(**{**QUIET, "log_with": None}, project_dir=folder, max_epochs=epochs, seed=0,
+    trainer = Trainer(**{**SAVING, "log_with": None}, project_dir=folder, max_epochs=epochs, seed=0,
                       callbacks=[ModelCheckpoint(save_last=True)], **kwargs)
     trainer.fit(module, data(n=16, batch_size=4), ckpt_path=ckpt_path)
     return trainer

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from callbacks import ModelCheckpoint
-from tests.trainer.helpers import QUIET, Regressor, data
+from tests.trainer.helpers import QUIET, SAVING, Regressor, data
 from trainer import Trainer
 from trainer.profiling import AdvancedProfiler, PassThroughProfiler, Profiler, PyTorchProfiler, SimpleProfiler
 
 
 def fit(tmp_path: Any, profiler: Any) -> Trainer:
-    trainer = Trainer(**{**QUIET, "log_with": None}, project_dir=str(tmp_path), max_epochs=2, profiler=profiler,
+    trainer = Trainer(**{**SAVING, "log_with": None}, project_dir=str(tmp_path), max_epochs=2, profiler=profiler,
                       callbacks=[ModelCheckpoint(every_n_train_steps=4)])
     trainer.fit(Regressor(), data(n=16, batch_size=4), data(n=8, batch_size=4))
     return trainer

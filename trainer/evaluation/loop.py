@@ -51,14 +51,15 @@ class EvaluationLoop:
     def _run(self, stage: str, hooks: HookTable) -> list[dict[str, float]]:
         metrics, plan, model, module = self.metrics, self.plan, self.plan.model, self.plan.module
         assert model is not None and module is not None
-        if stage == "validate" and self.state.stage != "idle":  # inside fit: reload_dataloaders_every_n_epochs
+        inside_fit = self.state.fn == TrainerFn.FITTING  # the stage is set before setup, outside fit too
+        if stage == "validate" and inside_fit:  # reload_dataloaders_every_n_epochs
             plan.reload_val(self.state)
         x = "test" if stage == "test" else "validation"
         loaders = plan.test_loaders if stage == "test" else plan.val_loaders
         counts = {"test": plan.num_test_batches, "validate": plan.num_val_batches,
                   "sanity_check": plan.num_sanity_val_batches}[stage]
         previous = self.state.stage
-        alone = previous == "idle"  # a validate() / test() call, outside fit: its rows are not training rows
+        alone = not inside_fit  # a validate() / test() call, outside fit: its rows are not training rows
         if alone:  # its results replace the last run's (Lightning)
             metrics.clear_results()
         self.state.stage = RunningStage(stage)
