@@ -62,6 +62,7 @@ class Tuner:
         ...         return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
         ...     def configure_optimizers(self):
         ...         return torch.optim.SGD(self.parameters(), lr=self.lr)
+        >>> _ = torch.manual_seed(0)  # the same data whatever ran before in this process
         >>> x = torch.randn(256, 3)
         >>> loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
         >>> from trainer import Trainer
